@@ -1,0 +1,30 @@
+# The README's two commands are `make demo` and `make test`; both install what they need first.
+VENV    ?= .venv
+PYTHON  ?= python3
+PY      := $(VENV)/bin/python
+PYTEST_ARGS ?=
+
+.PHONY: install demo test lint clean-derived
+
+install: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q -U pip
+	$(PY) -m pip install -q -e '.[dev,notebooks]'
+	$(PY) -m ipykernel install --user --name perflib --display-name "perflib (venv)" >/dev/null
+	touch $@
+
+# Main job: build (or reuse) llama-server, start it, run the demo campaign, write the results page.
+demo: install
+	$(VENV)/bin/perflib campaign run campaigns/demo.yaml
+
+lint: install
+	$(VENV)/bin/ruff check perflib tests benchmarks scripts
+
+# All tests: lint, unit, integration against a real llama-server (built on first use), nbval.
+test: install lint
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+clean-derived:
+	rm -rf data/derived/*

@@ -1,0 +1,5 @@
+import sys
+
+from perflib.cli import main
+
+sys.exit(main())

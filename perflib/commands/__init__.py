@@ -1,0 +1,1 @@
+"""Sub-commands of `perflib`; each module registers one top-level command."""

