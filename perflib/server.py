@@ -130,7 +130,15 @@ def download_source(progress: bool = True) -> Path:
 
 
 def ensure_llama_server(progress: bool = True, jobs: int | None = None) -> Path:
-    """Path of a working `llama-server`, building it (about 5 minutes on 2 cores) if not cached."""
+    """Path of a working `llama-server`, building it (about 5 minutes on 2 cores) if not cached.
+
+    `$PERFLIB_LLAMA_SERVER` names another build (a CUDA or ROCm one, a patched one) to use instead.
+    """
+    override = os.environ.get("PERFLIB_LLAMA_SERVER")
+    if override:
+        if not Path(override).is_file():
+            raise PerflibError(f"PERFLIB_LLAMA_SERVER={override}: expected an existing llama-server binary")
+        return Path(override)
     binary = binary_path()
     if binary.is_file():
         return binary
