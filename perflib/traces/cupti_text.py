@@ -1,0 +1,159 @@
+"""CUPTI activity text, as printed on stdout by the CUDA sample `cupti_trace_injection` (GPU.md).
+
+A record is one line `KIND [ START, END ] duration D, ...` plus tab-started continuation lines
+(`deviceId 0, contextId 1, streamId 15, graphId 10, ...`). Fields after the name are read as
+`key value` pairs in any order. Kernels (`KERNEL`, `CONCURRENT_KERNEL`), `MEMCPY` and `MEMSET`
+are dispatches; `RUNTIME` / `DRIVER` go to the API table; `OVERHEAD` is counted in meta. Lines
+that are not records (the server's own log on the same stdout) are skipped. Timestamps are Unix
+ns, so `clock` is `realtime`. Mangled names are demangled with `cxxfilt` when it is installed.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from perflib.errors import InputError
+from perflib.traces import Trace, schema
+
+SOURCE = "cupti-text"
+DISPATCH_KINDS = {"KERNEL": "kernel", "CONCURRENT_KERNEL": "kernel", "MEMCPY": "memcpy", "MEMSET": "memset"}
+API_KINDS = {"RUNTIME": "cuda_runtime", "DRIVER": "cuda_driver"}
+KNOWN = (*DISPATCH_KINDS, *API_KINDS, "OVERHEAD")
+
+_HEAD = re.compile(
+    r'^(?P<kind>[A-Z_]+)(?:\s+(?P<extra>"[^"]*"|[A-Z_<>]+))?\s*\[\s*(?P<start>\d+)\s*,\s*(?P<end>\d+)\s*\]'
+    r"\s*duration\s+(?P<dur>\d+)\s*,?\s*(?P<rest>.*)$"
+)
+_LOOKS_LIKE_RECORD = re.compile(r"^(" + "|".join(KNOWN) + r')\b\s*("[^"]*"\s*|[A-Z_]+\s*)?\[')
+_PAIR = re.compile(r"([A-Za-z][A-Za-z_]*)\s+(-?\d+)\b")
+
+
+def _split_name(rest: str) -> tuple[str | None, str]:
+    """A leading quoted name and what follows it."""
+    rest = rest.strip()
+    if not rest.startswith('"'):
+        return None, rest
+    end = rest.find('",', 1)
+    if end < 0:
+        end = rest.rfind('"')
+    if end <= 0:
+        return None, rest
+    return rest[1:end], rest[end + 1 :]
+
+
+def _demangler():
+    try:
+        import cxxfilt
+    except ImportError:  # pragma: no cover - cxxfilt is a dependency
+        return None
+    cache: dict[str, str] = {}
+
+    def demangle(name: str) -> str:
+        if not name.startswith("_Z"):
+            return name
+        if name not in cache:
+            try:
+                cache[name] = cxxfilt.demangle(name)
+            except Exception:  # cxxfilt.InvalidName and friends: keep what the profiler printed
+                cache[name] = name
+        return cache[name]
+
+    return demangle
+
+
+def read_cupti_text(path: Path) -> Trace:
+    """A `cupti_trace_injection` stdout capture (`.txt`, `.log`, `.gz`) -> Trace."""
+    path = Path(path)
+    raw = schema.read_bytes(path)
+    text = raw.decode("utf-8", errors="replace")
+    lines = text.split("\n")
+    cut_last = not text.endswith("\n")
+    records: list[dict[str, Any]] = []
+    current: dict[str, Any] | None = None
+    overhead = 0
+    for number, line in enumerate(lines, start=1):
+        if line.startswith(("\t", "  ")):  # continuation (tab; some record kinds indent with spaces)
+            if current is not None:
+                current["pairs"].update((k, int(v)) for k, v in _PAIR.findall(line))
+            continue
+        current = None
+        if not _LOOKS_LIKE_RECORD.match(line):
+            continue
+        m = _HEAD.match(line.rstrip("\r"))
+        if m is None:
+            last = number == len(lines) or (number == len(lines) - 1 and lines[-1] == "")
+            raise InputError(
+                path,
+                f"line {number}",
+                "a CUPTI record 'KIND [ START_NS, END_NS ] duration NS, ...'",
+                repr(line[:120]) + (" (the file ends mid-record: truncated?)" if last and cut_last else ""),
+            )
+        kind = m["kind"]
+        if kind == "OVERHEAD":
+            overhead += 1
+            continue
+        if kind not in DISPATCH_KINDS and kind not in API_KINDS:
+            continue
+        name, rest = _split_name(m["rest"])
+        extra = (m["extra"] or "").strip('"')
+        current = {
+            "kind": kind,
+            "line": number,
+            "start": int(m["start"]),
+            "end": int(m["end"]),
+            "name": name
+            if name is not None
+            else (f"Memcpy {extra}".strip() if kind == "MEMCPY" else kind.title()),
+            "pairs": dict((k, int(v)) for k, v in _PAIR.findall(rest)),
+        }
+        records.append(current)
+
+    demangle = _demangler()
+    gpu = [r for r in records if r["kind"] in DISPATCH_KINDS]
+    host = [r for r in records if r["kind"] in API_KINDS]
+
+    def col(recs: list[dict], key: str) -> np.ndarray:
+        return np.asarray([r["pairs"].get(key, -1) for r in recs], dtype=np.int64)
+
+    names = [r["name"] for r in gpu]
+    if demangle is not None:
+        names = [demangle(n) for n in names]
+    dispatches = schema.dispatch_frame(
+        {
+            "kernel": names,
+            "start_ns": np.asarray([r["start"] for r in gpu], dtype=np.int64),
+            "end_ns": np.asarray([r["end"] for r in gpu], dtype=np.int64),
+            "device": col(gpu, "deviceId"),
+            "stream": col(gpu, "streamId"),
+            "correlation_id": col(gpu, "correlationId"),
+            "kind": [DISPATCH_KINDS[r["kind"]] for r in gpu],
+        },
+        SOURCE,
+        path,
+        lambda i: f"line {gpu[i]['line']}",
+    )
+    api = schema.api_frame(
+        {
+            "name": [r["name"] for r in host],
+            "start_ns": np.asarray([r["start"] for r in host], dtype=np.int64),
+            "end_ns": np.asarray([r["end"] for r in host], dtype=np.int64),
+            "pid": col(host, "processId"),
+            "tid": col(host, "threadId"),
+            "correlation_id": col(host, "correlationId"),
+            "domain": [API_KINDS[r["kind"]] for r in host],
+        },
+        SOURCE,
+        path,
+        lambda i: f"line {host[i]['line']}",
+    )
+    graph = col(gpu, "graphId")
+    meta = {
+        "demangled": demangle is not None,
+        "overhead_records": overhead,
+        "graph_launched": int(np.count_nonzero(graph > 0)),
+    }
+    return Trace(dispatches, api, schema.empty_markers(SOURCE), "realtime", SOURCE, str(path), meta)

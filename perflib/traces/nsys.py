@@ -1,0 +1,215 @@
+"""Nsight Systems SQLite export (`nsys export --type sqlite`; FORMATS.md §2.1).
+
+Kernels from `CUPTI_ACTIVITY_KIND_KERNEL` (name via `StringIds`: `demangledName`, else
+`shortName`; very old exports have a text `name` column), copies and sets from
+`CUPTI_ACTIVITY_KIND_MEMCPY` / `_MEMSET`, API calls from `CUPTI_ACTIVITY_KIND_RUNTIME`, markers
+from `NVTX_EVENTS` (text, or `textId` into `StringIds`; a mark has no end). Empty tables are absent
+in real exports, so a missing table is an empty one. Times are the capture clock's ns; the Unix
+epoch of the session start (`TARGET_INFO_SESSION_START_TIME.utcEpochNs`) goes to meta.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from perflib.errors import InputError
+from perflib.traces import Trace, schema
+from perflib.traces.rocpd import _columns, connect, objects
+
+SOURCE = "nsys-sqlite"
+NVTX_KINDS = (34, 59, 60)  # mark, push/pop range, start/end range
+
+
+def _pid_tid(global_tid: list) -> tuple[np.ndarray, np.ndarray]:
+    g = np.asarray([v if isinstance(v, int) else -1 for v in global_tid], dtype=np.int64)
+    known = g >= 0
+    return np.where(known, (g >> 24) & 0xFFFFFF, -1), np.where(known, g & 0xFFFFFF, -1)
+
+
+def _fetch(con: sqlite3.Connection, path: Path, sql: str, where: str) -> list[tuple]:
+    try:
+        return con.execute(sql).fetchall()
+    except sqlite3.DatabaseError as exc:
+        raise InputError(
+            path, where, "a table as in an nsys SQLite export (FORMATS.md §2.1)", str(exc)
+        ) from exc
+
+
+def _times(rows: list[tuple], path: Path, table: str, mark_ok: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    starts, ends = [], []
+    for i, r in enumerate(rows):
+        s, e = r[0], r[1]
+        if not isinstance(s, int):
+            raise InputError(
+                path, f"table {table}, row {i + 1}, column start", "an integer ns timestamp", repr(s)
+            )
+        if mark_ok and (e is None or e == -1):
+            e = s
+        if not isinstance(e, int):
+            raise InputError(
+                path, f"table {table}, row {i + 1}, column end", "an integer ns timestamp", repr(e)
+            )
+        starts.append(s)
+        ends.append(e)
+    return np.asarray(starts, dtype=np.int64), np.asarray(ends, dtype=np.int64)
+
+
+def _ints(values: list) -> np.ndarray:
+    return np.asarray([v if isinstance(v, int) else -1 for v in values], dtype=np.int64)
+
+
+def read_nsys(path: Path) -> Trace:
+    """An nsys SQLite export -> Trace."""
+    path = Path(path)
+    con = connect(path)
+    try:
+        names = objects(con)
+        has_strings = "StringIds" in names
+        frames = []
+        k = "CUPTI_ACTIVITY_KIND_KERNEL"
+        name_col = None
+        if k in names:
+            cols = _columns(con, k)
+            name_col = next(
+                (c for c in ("demangledName", "shortName", "mangledName", "name") if c in cols), None
+            )
+            if name_col is None:
+                raise InputError(
+                    path, f"table {k}", "a demangledName, shortName or name column", ", ".join(cols)
+                )
+            name_expr = f"COALESCE(s.value, k.{name_col})" if has_strings else f"k.{name_col}"
+            join = f"LEFT JOIN StringIds s ON s.id = k.{name_col}" if has_strings else ""
+            rows = _fetch(
+                con,
+                path,
+                f"SELECT k.start, k.end, k.deviceId, k.streamId, k.correlationId, {name_expr} FROM {k} k {join}",
+                f"table {k}",
+            )
+            s, e = _times(rows, path, k)
+            frames.append(
+                schema.dispatch_frame(
+                    {
+                        "kernel": [str(r[5]) for r in rows],
+                        "start_ns": s,
+                        "end_ns": e,
+                        "device": _ints([r[2] for r in rows]),
+                        "stream": _ints([r[3] for r in rows]),
+                        "correlation_id": _ints([r[4] for r in rows]),
+                        "kind": "kernel",
+                    },
+                    SOURCE,
+                    path,
+                    lambda i: f"table {k}, row {i + 1}",
+                )
+            )
+        for table, kind in (
+            ("CUPTI_ACTIVITY_KIND_MEMCPY", "memcpy"),
+            ("CUPTI_ACTIVITY_KIND_MEMSET", "memset"),
+        ):
+            if table not in names:
+                continue
+            if kind == "memcpy" and "ENUM_CUDA_MEMCPY_OPER" in names:
+                label = "COALESCE('Memcpy ' || o.label, 'Memcpy')"
+                join = "LEFT JOIN ENUM_CUDA_MEMCPY_OPER o ON o.id = t.copyKind"
+            else:
+                label, join = ("'Memcpy'" if kind == "memcpy" else "'Memset'"), ""
+            rows = _fetch(
+                con,
+                path,
+                f"SELECT t.start, t.end, t.deviceId, t.streamId, t.correlationId, {label} FROM {table} t {join}",
+                f"table {table}",
+            )
+            s, e = _times(rows, path, table)
+            frames.append(
+                schema.dispatch_frame(
+                    {
+                        "kernel": [str(r[5]) for r in rows],
+                        "start_ns": s,
+                        "end_ns": e,
+                        "device": _ints([r[2] for r in rows]),
+                        "stream": _ints([r[3] for r in rows]),
+                        "correlation_id": _ints([r[4] for r in rows]),
+                        "kind": kind,
+                    },
+                    SOURCE,
+                    path,
+                    lambda i, t=table: f"table {t}, row {i + 1}",
+                )
+            )
+        api: dict[str, Any] = {"start_ns": [], "end_ns": []}
+        r_table = "CUPTI_ACTIVITY_KIND_RUNTIME"
+        if r_table in names:
+            name_expr = "COALESCE(s.value, r.nameId)" if has_strings else "r.nameId"
+            join = "LEFT JOIN StringIds s ON s.id = r.nameId" if has_strings else ""
+            rows = _fetch(
+                con,
+                path,
+                f"SELECT r.start, r.end, r.globalTid, r.correlationId, {name_expr} FROM {r_table} r {join}",
+                f"table {r_table}",
+            )
+            s, e = _times(rows, path, r_table)
+            pid, tid = _pid_tid([r[2] for r in rows])
+            api = {
+                "name": [str(r[4]) for r in rows],
+                "start_ns": s,
+                "end_ns": e,
+                "pid": pid,
+                "tid": tid,
+                "correlation_id": _ints([r[3] for r in rows]),
+                "domain": "cuda_runtime",
+            }
+        markers: dict[str, Any] = {"start_ns": [], "end_ns": []}
+        if "NVTX_EVENTS" in names:
+            cols = _columns(con, "NVTX_EVENTS")
+            text = "n.text" if "text" in cols else "NULL"
+            if has_strings and "textId" in cols:
+                text = f"COALESCE({text}, s.value)"
+                join = "LEFT JOIN StringIds s ON s.id = n.textId"
+            else:
+                join = ""
+            kinds = ", ".join(str(k_) for k_ in NVTX_KINDS)
+            cond = f"WHERE n.eventType IN ({kinds})" if "eventType" in cols else ""
+            rows = _fetch(
+                con,
+                path,
+                f"SELECT n.start, n.end, n.globalTid, {text} FROM NVTX_EVENTS n {join} {cond}",
+                "table NVTX_EVENTS",
+            )
+            s, e = _times(rows, path, "NVTX_EVENTS", mark_ok=True)
+            pid, tid = _pid_tid([r[2] for r in rows])
+            markers = {
+                "name": [str(r[3] or "") for r in rows],
+                "start_ns": s,
+                "end_ns": e,
+                "pid": pid,
+                "tid": tid,
+                "domain": "nvtx",
+            }
+        epoch = None
+        if "TARGET_INFO_SESSION_START_TIME" in names:
+            row = con.execute("SELECT utcEpochNs FROM TARGET_INFO_SESSION_START_TIME").fetchone()
+            epoch = row[0] if row else None
+        export_meta = {}
+        if "META_DATA_EXPORT" in names:
+            export_meta = dict(con.execute("SELECT name, value FROM META_DATA_EXPORT").fetchall())
+    finally:
+        con.close()
+    dispatches = schema.concat(frames or [schema.empty_dispatches(SOURCE)], schema.DISPATCH_COLUMNS)
+    meta = {
+        "kernel_name_column": name_col,
+        "session_start_utc_epoch_ns": epoch,
+        "export_schema_version": export_meta.get("EXPORT_SCHEMA_VERSION"),
+    }
+    return Trace(
+        dispatches,
+        schema.api_frame(api, SOURCE, path, lambda i: f"table {r_table}, row {i + 1}"),
+        schema.marker_frame(markers, SOURCE, path, lambda i: f"table NVTX_EVENTS, row {i + 1}"),
+        "unknown",
+        SOURCE,
+        str(path),
+        meta,
+    )

@@ -1,0 +1,528 @@
+"""rocprofv3 CSV outputs (FORMATS.md §1.3-1.5): kernel, memory copy, API, marker and stats files.
+
+Headers are matched case-insensitively and the table kind is told from the header, not the file
+name (the docs name files freely). Parsing is pyarrow's multi-threaded CSV reader with typed
+columns; Python only looks at the file row by row when pyarrow refuses it, to name the line and
+column in the error.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import re
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from perflib.errors import InputError
+from perflib.traces import schema
+
+SOURCE = "rocprofv3-csv"
+
+# Table kinds, told from the header.
+KERNEL = "kernel_trace"
+MEMCPY = "memory_copy_trace"
+API = "api_trace"
+MEMALLOC = "memory_allocation_trace"
+SCRATCH = "scratch_memory_trace"
+COUNTERS = "counter_collection"
+STATS = "stats"
+AGENT_INFO = "agent_info"
+LEGACY = "legacy_results"
+
+REQUIRED = {
+    KERNEL: ("kernel_name", "start_timestamp", "end_timestamp", "agent_id"),
+    MEMCPY: ("direction", "start_timestamp", "end_timestamp", "source_agent_id", "destination_agent_id"),
+    API: ("domain", "function", "start_timestamp", "end_timestamp"),
+    STATS: ("name", "calls", "totaldurationns", "averagens", "percentage"),
+    LEGACY: ("kernelname", "beginns", "endns"),
+}
+
+_AGENT_NUMBER = re.compile(r"(-?\d+)\s*$")
+
+
+def header_of(path: Path) -> list[str]:
+    """The header row as written (quotes removed), from the first line of the file."""
+    head = schema.read_head(path)
+    text = head.decode("utf-8", errors="replace")
+    first = text.splitlines()[0] if text else ""
+    if not first.strip():
+        raise InputError(path, "line 1", "a CSV header line", "an empty file" if not text else "a blank line")
+    return next(csv.reader([first]))
+
+
+def classify(header: list[str]) -> str | None:
+    """Which rocprofv3 table a header belongs to, or None."""
+    cols = {h.strip().lower() for h in header}
+    if "counter_name" in cols:
+        return COUNTERS
+    if "kernelname" in cols or ("beginns" in cols and "endns" in cols):
+        return LEGACY
+    if "kernel_name" in cols:
+        return KERNEL
+    if "direction" in cols:
+        return MEMCPY
+    if "domain" in cols and "function" in cols:
+        return API
+    if "name" in cols and "calls" in cols and "totaldurationns" in cols:
+        return STATS
+    if "alloc_flags" in cols:
+        return SCRATCH
+    if "allocation_size" in cols or ("operation" in cols and "address" in cols):
+        return MEMALLOC
+    if "agent_type" in cols and "node_id" in cols:
+        return AGENT_INFO
+    if "kernel_id" in cols or "dispatch_id" in cols:
+        return KERNEL  # a kernel trace that lost Kernel_Name: reported as a missing column
+    return None
+
+
+def kernel_header_version(header: list[str]) -> str:
+    """`A` (≤6.1, 16 columns), `B` (6.2/6.3, 18), `C` (19), `D` (7.0, 22) or `E` (rocpd convert)."""
+    cols = [h.strip().lower() for h in header]
+    if cols and cols[0] == "guid":
+        return "E"
+    if "lds_block_size" in cols or "vgpr_count" in cols:
+        return "D"
+    if "stream_id" in cols:
+        return "C"
+    if "thread_id" in cols or "dispatch_id" in cols:
+        return "B"
+    return "A"
+
+
+def _columns(path: Path, header: list[str], kind: str) -> dict[str, str]:
+    """Map lower-case canonical header names to the names as written; check the required ones."""
+    names = {h.strip().lower(): h for h in header}
+    missing = [c for c in REQUIRED.get(kind, ()) if c not in names]
+    if missing:
+        raise InputError(
+            path,
+            "line 1",
+            f"a {kind} header with column(s) {', '.join(missing)} (case-insensitive)",
+            ",".join(header),
+        )
+    return names
+
+
+# --- pyarrow read, with a Python fallback that names the line and column ---------------------------
+
+
+def _locate_error(path: Path, header: list[str], int_columns: set[str], arrow_message: str) -> InputError:
+    """Scan the file with the csv module to find the first row pyarrow refused."""
+    text = schema.read_bytes(path).decode("utf-8", errors="replace")
+    ends_with_newline = text.endswith("\n")
+    lower = [h.strip().lower() for h in header]
+    int_idx = [i for i, h in enumerate(lower) if h in int_columns]
+    reader = csv.reader(io.StringIO(text))
+    try:
+        next(reader)
+        last_line = text.count("\n") + (0 if ends_with_newline else 1)
+        for row in reader:
+            line = reader.line_num
+            if not row:
+                continue
+            if len(row) != len(header):
+                cut = (not ends_with_newline) and line >= last_line
+                return InputError(
+                    path,
+                    f"line {line}",
+                    f"{len(header)} columns as in the header",
+                    f"{len(row)}" + (" (the file ends mid-row: truncated?)" if cut else ""),
+                )
+            for i in int_idx:
+                value = row[i].strip()
+                try:
+                    int(value)
+                except ValueError:
+                    return InputError(
+                        path, f"line {line}, column {header[i]}", "an integer (ns or id)", repr(row[i])
+                    )
+    except csv.Error as exc:
+        return InputError(path, f"line {reader.line_num}", "well-formed CSV", str(exc))
+    return InputError(path, None, "CSV that pyarrow can parse", arrow_message)
+
+
+def _read_arrow(path: Path, header: list[str], types: dict[str, Any], int_columns: set[str]) -> Any:
+    """pyarrow table of the columns in `types` (keys are names as written)."""
+    import pyarrow as pa
+    import pyarrow.csv as pacsv
+
+    source: Any = str(path)
+    with open(path, "rb") as fh:
+        magic = fh.read(2)
+    if magic == schema.GZIP_MAGIC or schema.is_gzip_name(path):
+        source = io.BytesIO(schema.read_bytes(path))
+    try:
+        return pacsv.read_csv(
+            source,
+            read_options=pacsv.ReadOptions(block_size=1 << 24),
+            convert_options=pacsv.ConvertOptions(
+                include_columns=list(types),
+                column_types=types,
+                strings_can_be_null=False,
+                quoted_strings_can_be_null=False,
+            ),
+        )
+    except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
+        raise _locate_error(path, header, int_columns, str(exc)) from exc
+
+
+def _int_column(table: Any, name: str | None, n: int, path: Path, required: bool = False) -> np.ndarray:
+    import pyarrow.compute as pc
+
+    if name is None:
+        return np.full(n, -1, dtype=np.int64)
+    col = table.column(name)
+    if col.null_count:
+        if required:
+            first = int(np.flatnonzero(pc.is_null(col).to_numpy(zero_copy_only=False))[0])
+            raise InputError(
+                path, f"line {first + 2}, column {name}", "an integer timestamp (ns)", "an empty cell"
+            )
+        col = pc.fill_null(col, -1)
+    return col.to_numpy().astype(np.int64, copy=False)
+
+
+def _agent_column(table: Any, name: str | None, n: int) -> np.ndarray:
+    """Agent ids as written (`4`, `"Agent 4"`, `"GPU 3"`, empty) to int64 (-1 unknown).
+
+    The column is read dictionary-encoded, so only the distinct values go through Python.
+    """
+    if name is None:
+        return np.full(n, -1, dtype=np.int64)
+    parts = []
+    for chunk in table.column(name).chunks:
+        values = chunk.dictionary.to_pylist()
+        lookup = np.array([_agent_number(v) for v in values] + [-1], dtype=np.int64)
+        idx = chunk.indices.fill_null(len(values)).to_numpy()
+        parts.append(lookup[idx])
+    return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
+
+
+def _agent_number(value: str | None) -> int:
+    if value is None:
+        return -1
+    match = _AGENT_NUMBER.search(value)
+    return int(match.group(1)) if match else -1
+
+
+def _string_column(table: Any, name: str) -> pd.Series:
+    return table.column(name).to_pandas().astype("str")
+
+
+def _label(i: int) -> str:
+    return f"line {i + 2}"
+
+
+# --- tables ----------------------------------------------------------------------------------------
+
+
+def read_kernel_trace(path: Path, header: list[str] | None = None) -> tuple[pd.DataFrame, dict]:
+    """`kernel_trace.csv` in every header version A-E -> canonical dispatch table."""
+    import pyarrow as pa
+
+    header = header or header_of(path)
+    names = _columns(path, header, KERNEL)
+    dict_str = pa.dictionary(pa.int32(), pa.string())
+    types: dict[str, Any] = {
+        names["kernel_name"]: pa.string(),
+        names["start_timestamp"]: pa.int64(),
+        names["end_timestamp"]: pa.int64(),
+        names["agent_id"]: dict_str,
+    }
+    optional = {c: names.get(c) for c in ("queue_id", "stream_id", "correlation_id")}
+    for col in optional.values():
+        if col:
+            types[col] = pa.int64()
+    int_cols = {"start_timestamp", "end_timestamp", "queue_id", "stream_id", "correlation_id"}
+    table = _read_arrow(path, header, types, int_cols)
+    n = table.num_rows
+    data = {
+        "kernel": _string_column(table, names["kernel_name"]),
+        "start_ns": _int_column(table, names["start_timestamp"], n, path, required=True),
+        "end_ns": _int_column(table, names["end_timestamp"], n, path, required=True),
+        "device": _agent_column(table, names["agent_id"], n),
+        "queue": _int_column(table, optional["queue_id"], n, path),
+        "stream": _int_column(table, optional["stream_id"], n, path),
+        "correlation_id": _int_column(table, optional["correlation_id"], n, path),
+        "kind": "kernel",
+    }
+    frame = schema.dispatch_frame(data, SOURCE, path, _label)
+    return frame, {"header_version": kernel_header_version(header), "columns": len(header)}
+
+
+def read_memory_copy_trace(path: Path, header: list[str] | None = None) -> tuple[pd.DataFrame, dict]:
+    """`memory_copy_trace.csv` (7.0 with `Stream_Id`, ≤6.3 without) -> dispatch rows of kind memcpy.
+
+    `kernel` is the `Direction` (e.g. `MEMORY_COPY_HOST_TO_DEVICE`); `device` is the GPU end of the
+    copy: the source agent for `*_TO_HOST` copies, else the destination agent.
+    """
+    import pyarrow as pa
+
+    header = header or header_of(path)
+    names = _columns(path, header, MEMCPY)
+    dict_str = pa.dictionary(pa.int32(), pa.string())
+    types: dict[str, Any] = {
+        names["direction"]: pa.string(),
+        names["start_timestamp"]: pa.int64(),
+        names["end_timestamp"]: pa.int64(),
+        names["source_agent_id"]: dict_str,
+        names["destination_agent_id"]: dict_str,
+    }
+    optional = {c: names.get(c) for c in ("stream_id", "correlation_id")}
+    for col in optional.values():
+        if col:
+            types[col] = pa.int64()
+    table = _read_arrow(
+        path, header, types, {"start_timestamp", "end_timestamp", "stream_id", "correlation_id"}
+    )
+    n = table.num_rows
+    direction = _string_column(table, names["direction"])
+    src = _agent_column(table, names["source_agent_id"], n)
+    dst = _agent_column(table, names["destination_agent_id"], n)
+    to_host = direction.str.upper().str.endswith("TO_HOST").to_numpy(dtype=bool)
+    data = {
+        "kernel": direction,
+        "start_ns": _int_column(table, names["start_timestamp"], n, path, required=True),
+        "end_ns": _int_column(table, names["end_timestamp"], n, path, required=True),
+        "device": np.where(to_host, src, dst),
+        "queue": None,
+        "stream": _int_column(table, optional["stream_id"], n, path),
+        "correlation_id": _int_column(table, optional["correlation_id"], n, path),
+        "kind": "memcpy",
+    }
+    return schema.dispatch_frame(data, SOURCE, path, _label), {"columns": len(header)}
+
+
+def read_api_trace(path: Path, header: list[str] | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """`*_api_trace.csv` (hip, hsa, marker, rccl, ...; also the Guid form) -> (api, markers).
+
+    Rows whose `Domain` starts with `MARKER` are ROCTx markers (`Function` = the text; a
+    `roctxMark` has Start == End); the rest are API calls.
+    """
+    import pyarrow as pa
+
+    header = header or header_of(path)
+    names = _columns(path, header, API)
+    types: dict[str, Any] = {
+        names["domain"]: pa.string(),
+        names["function"]: pa.string(),
+        names["start_timestamp"]: pa.int64(),
+        names["end_timestamp"]: pa.int64(),
+    }
+    optional = {c: names.get(c) for c in ("process_id", "thread_id", "correlation_id")}
+    for col in optional.values():
+        if col:
+            types[col] = pa.int64()
+    table = _read_arrow(
+        path, header, types, {"start_timestamp", "end_timestamp", "process_id", "thread_id", "correlation_id"}
+    )
+    n = table.num_rows
+    domain = _string_column(table, names["domain"])
+    data = {
+        "name": _string_column(table, names["function"]),
+        "start_ns": _int_column(table, names["start_timestamp"], n, path, required=True),
+        "end_ns": _int_column(table, names["end_timestamp"], n, path, required=True),
+        "pid": _int_column(table, optional["process_id"], n, path),
+        "tid": _int_column(table, optional["thread_id"], n, path),
+        "correlation_id": _int_column(table, optional["correlation_id"], n, path),
+        "domain": domain,
+    }
+    schema.check_intervals(data["start_ns"], data["end_ns"], path, _label)
+    is_marker = domain.str.upper().str.startswith("MARKER").to_numpy(dtype=bool)
+    rows = np.arange(n)
+
+    def subset(mask: np.ndarray) -> dict:
+        return {
+            k: (v[mask].reset_index(drop=True) if isinstance(v, pd.Series) else v[mask])
+            for k, v in data.items()
+        }
+
+    def label_of(mask: np.ndarray):
+        idx = rows[mask]
+        return lambda i: _label(int(idx[i]))
+
+    api = schema.api_frame(subset(~is_marker), SOURCE, path, label_of(~is_marker))
+    markers = schema.marker_frame(subset(is_marker), SOURCE, path, label_of(is_marker))
+    return api, markers
+
+
+def read_stats(path: Path) -> pd.DataFrame:
+    """`kernel_stats.csv`, `domain_stats.csv`, `*_stats.csv` (and legacy `results.stats.csv`).
+
+    Columns `name, calls, total_ns, average_ns, percentage, min_ns, max_ns, stddev`; legacy files
+    have no min/max/stddev, which are then NaN (not computed), never 0.
+    """
+    import pyarrow as pa
+
+    path = Path(path)
+    header = header_of(path)
+    if classify(header) != STATS:
+        raise InputError(
+            path,
+            "line 1",
+            "a stats header (Name, Calls, TotalDurationNs, AverageNs, Percentage, ...)",
+            ",".join(header),
+        )
+    names = _columns(path, header, STATS)
+    types: dict[str, Any] = {
+        names["name"]: pa.string(),
+        names["calls"]: pa.int64(),
+        names["totaldurationns"]: pa.int64(),
+        names["averagens"]: pa.float64(),
+        names["percentage"]: pa.float64(),
+    }
+    for col in ("minns", "maxns"):
+        if col in names:
+            types[names[col]] = pa.int64()
+    if "stddev" in names:
+        types[names["stddev"]] = pa.float64()
+    table = _read_arrow(path, header, types, {"calls", "totaldurationns", "minns", "maxns"})
+
+    def col(key: str, dtype: str) -> Any:
+        if key not in names:
+            return np.full(table.num_rows, np.nan)
+        return table.column(names[key]).to_pandas().astype(dtype)
+
+    return pd.DataFrame(
+        {
+            "name": _string_column(table, names["name"]),
+            "calls": col("calls", "int64"),
+            "total_ns": col("totaldurationns", "int64"),
+            "average_ns": col("averagens", "float64"),
+            "percentage": col("percentage", "float64"),
+            "min_ns": col("minns", "float64"),
+            "max_ns": col("maxns", "float64"),
+            "stddev": col("stddev", "float64"),
+        }
+    )
+
+
+def read_csv_table(path: Path) -> tuple[str, pd.DataFrame]:
+    """Any rocprofv3 CSV as (kind, DataFrame) with lower-case column names.
+
+    The reader for tables that are not dispatches, API calls or markers (`memory_allocation_trace`,
+    `scratch_memory_trace`, `counter_collection`, `agent_info`): timestamps are checked int64 ns
+    (end >= start), agent ids (`"Agent 4"`, `4`, empty) become int64 (-1 unknown).
+    """
+    import pyarrow as pa
+
+    path = Path(path)
+    header = header_of(path)
+    kind = classify(header)
+    if kind is None:
+        raise InputError(
+            path, "line 1", "a rocprofv3 CSV header (kernel, API, copy, stats, ...)", ",".join(header)
+        )
+    lower = [h.strip().lower() for h in header]
+    dict_str = pa.dictionary(pa.int32(), pa.string())
+    types: dict[str, Any] = {}
+    for raw, low in zip(header, lower, strict=True):
+        if low.endswith("_timestamp"):
+            types[raw] = pa.int64()
+        elif low.endswith("agent_id"):
+            types[raw] = dict_str
+        elif low in ("kernel_name", "name", "function", "domain", "guid", "counter_name", "address"):
+            types[raw] = pa.string()
+        else:
+            types[raw] = None
+    explicit = {k: v for k, v in types.items() if v is not None}
+    int_cols = {low for low in lower if low.endswith("_timestamp")}
+    import pyarrow.csv as pacsv
+
+    source: Any = io.BytesIO(schema.read_bytes(path))
+    try:
+        table = pacsv.read_csv(
+            source,
+            convert_options=pacsv.ConvertOptions(column_types=explicit, strings_can_be_null=False),
+        )
+    except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
+        raise _locate_error(path, header, int_cols, str(exc)) from exc
+    n = table.num_rows
+    out: dict[str, Any] = {}
+    for raw, low in zip(header, lower, strict=True):
+        if low.endswith("agent_id"):
+            out[low] = _agent_column(table, raw, n)
+        elif low.endswith("_timestamp"):
+            out[low] = _int_column(table, raw, n, path, required=True)
+        else:
+            out[low] = table.column(raw).to_pandas()
+    if "start_timestamp" in out and "end_timestamp" in out:
+        schema.check_intervals(out["start_timestamp"], out["end_timestamp"], path, _label)
+    return kind, pd.DataFrame(out)
+
+
+# --- whole files and output directories -----------------------------------------------------------
+
+_TRACE_STEMS = {
+    "kernel_trace.csv": KERNEL,
+    "memory_copy_trace.csv": MEMCPY,
+    "marker_api_trace.csv": API,
+    "hip_api_trace.csv": API,
+    "hsa_api_trace.csv": API,
+    "rccl_api_trace.csv": API,
+}
+
+
+def stem_kind(path: Path) -> str | None:
+    """rocprofv3's naming: `<prefix>_<stem>.csv` or exactly `<stem>.csv` (also `.csv.gz`)."""
+    name = schema.base_name(path)
+    for stem, kind in _TRACE_STEMS.items():
+        if name == stem or name.endswith("_" + stem):
+            return kind
+    return None
+
+
+def read_csv_file(path: Path) -> dict[str, Any]:
+    """One CSV file -> parts of a Trace: {'dispatches', 'api', 'markers', 'meta'}."""
+    header = header_of(path)
+    kind = classify(header)
+    parts: dict[str, Any] = {"meta": {"table": kind}}
+    if kind == KERNEL:
+        parts["dispatches"], meta = read_kernel_trace(path, header)
+        parts["meta"].update(meta)
+    elif kind == MEMCPY:
+        parts["dispatches"], meta = read_memory_copy_trace(path, header)
+        parts["meta"].update(meta)
+    elif kind == API:
+        parts["api"], parts["markers"] = read_api_trace(path, header)
+    elif kind == LEGACY:
+        from perflib.traces import rocprof_legacy
+
+        return rocprof_legacy.read_results_csv(path, header)
+    elif kind is None:
+        raise InputError(
+            path,
+            "line 1",
+            "a rocprofv3 trace header (kernel_trace, memory_copy_trace, *_api_trace) or legacy results.csv",
+            ",".join(header),
+        )
+    else:
+        reader = "read_stats" if kind == STATS else "read_csv_table"
+        raise InputError(
+            path,
+            "line 1",
+            f"a trace of dispatches, API calls or markers; this is a {kind} file (read it with "
+            f"perflib.traces.{reader})",
+        )
+    return parts
+
+
+def find_outputs(directory: Path) -> dict[str, list[Path]]:
+    """rocprofv3 outputs under a directory, found by suffix (never by full name)."""
+    found: dict[str, list[Path]] = {"csv": [], "db": [], "json": [], "legacy": []}
+    for path in sorted(p for p in directory.rglob("*") if p.is_file()):
+        name = schema.base_name(path)
+        if stem_kind(path):
+            found["csv"].append(path)
+        elif name.endswith("_results.db"):
+            found["db"].append(path)
+        elif name.endswith("_results.json"):
+            found["json"].append(path)
+        elif name == "results.csv":
+            found["legacy"].append(path)
+    return found

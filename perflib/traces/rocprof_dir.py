@@ -1,0 +1,87 @@
+"""A rocprofv3 output file or directory as one `Trace`: kernels and copies merged into one table.
+
+Files are found by rocprofv3's naming suffix (`*_kernel_trace.csv`, `*_memory_copy_trace.csv`,
+`*_marker_api_trace.csv`, `*_hip_api_trace.csv`, `*_results.json`, `*_results.db`), never by
+full name, anywhere below the directory (the default layout is `<dir>/<host>/<pid>_...`).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from perflib.errors import InputError
+from perflib.traces import Trace, rocprof_csv, schema
+
+# rocprofv3 stamps host CLOCK_MONOTONIC or CLOCK_BOOTTIME ns, which one is not in the file
+# (FORMATS.md §0): the attribution step tries both against the run's manifest clocks.
+ROCPROF_CLOCK = "unknown"
+ROCPROF_CLOCK_CANDIDATES = ["monotonic", "boottime"]
+
+
+def _trace(parts: list[dict[str, Any]], source: str, path: Path, meta: dict[str, Any]) -> Trace:
+    dispatches = schema.concat(
+        [p["dispatches"] for p in parts if "dispatches" in p] or [schema.empty_dispatches(source)],
+        schema.DISPATCH_COLUMNS,
+    )
+    api = schema.concat(
+        [p["api"] for p in parts if "api" in p] or [schema.empty_api(source)], schema.API_COLUMNS
+    )
+    markers = schema.concat(
+        [p["markers"] for p in parts if "markers" in p] or [schema.empty_markers(source)],
+        schema.MARKER_COLUMNS,
+    )
+    meta = {"clock_candidates": ROCPROF_CLOCK_CANDIDATES, **meta}
+    return Trace(dispatches, api, markers, ROCPROF_CLOCK, source, str(path), meta)
+
+
+def read_csv_trace(path: Path) -> Trace:
+    """One rocprofv3 (or legacy rocprof) CSV file as a Trace."""
+    parts = rocprof_csv.read_csv_file(path)
+    source = parts.pop("source", rocprof_csv.SOURCE)
+    return _trace([parts], source, path, dict(parts.get("meta", {})))
+
+
+def read_directory(directory: Path) -> Trace:
+    """Every rocprofv3 trace under `directory`, merged; CSV first, then rocpd, then JSON."""
+    found = rocprof_csv.find_outputs(directory)
+    if found["csv"]:
+        parts = [rocprof_csv.read_csv_file(p) for p in found["csv"]]
+        versions = sorted({p["meta"]["header_version"] for p in parts if "header_version" in p["meta"]})
+        meta = {"files": [str(p) for p in found["csv"]], "header_versions": versions}
+        return _trace(parts, rocprof_csv.SOURCE, directory, meta)
+    if found["db"] or found["json"]:
+        if found["db"]:
+            from perflib.traces import rocpd
+
+            traces = [rocpd.read_rocpd(p) for p in found["db"]]
+        else:
+            from perflib.traces import rocprof_json
+
+            traces = [rocprof_json.read_json(p) for p in found["json"]]
+        if len(traces) == 1:
+            t = traces[0]
+            return Trace(
+                t.dispatches,
+                t.api,
+                t.markers,
+                t.clock,
+                t.source,
+                str(directory),
+                {**t.meta, "files": [t.path]},
+            )
+        parts = [{"dispatches": t.dispatches, "api": t.api, "markers": t.markers} for t in traces]
+        meta = {**traces[0].meta, "files": [t.path for t in traces]}
+        return _trace(parts, traces[0].source, directory, meta)
+    if found["legacy"]:
+        from perflib.traces import rocprof_legacy
+
+        parts = [rocprof_legacy.read_results_csv(p) for p in found["legacy"]]
+        return _trace(parts, rocprof_legacy.SOURCE, directory, {"files": [str(p) for p in found["legacy"]]})
+    raise InputError(
+        directory,
+        None,
+        "rocprofv3 output: files ending in _kernel_trace.csv, _memory_copy_trace.csv, _hip_api_trace.csv, "
+        "_marker_api_trace.csv, _results.db or _results.json (or a legacy results.csv)",
+        "none below this directory",
+    )

@@ -1,0 +1,49 @@
+"""Legacy rocprof v1/v2 `results.csv` (FORMATS.md §1.8): `KernelName`, `BeginNs`, `EndNs`.
+
+Names end in ` [clone .kd]` (dropped here); `gpu-id` is the device, `queue-id` the queue.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from perflib.traces import rocprof_csv, schema
+
+SOURCE = "rocprof-legacy"
+CLONE_SUFFIX = r"\s*\[clone \.kd\]$"
+
+
+def read_results_csv(path: Path, header: list[str] | None = None) -> dict[str, Any]:
+    """`results.csv` -> {'dispatches', 'meta'} (no API or marker tables in this file)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    path = Path(path)
+    header = header or rocprof_csv.header_of(path)
+    names = rocprof_csv._columns(path, header, rocprof_csv.LEGACY)
+    types: dict[str, Any] = {
+        names["kernelname"]: pa.string(),
+        names["beginns"]: pa.int64(),
+        names["endns"]: pa.int64(),
+    }
+    for col in ("gpu-id", "queue-id"):
+        if col in names:
+            types[names[col]] = pa.int64()
+    table = rocprof_csv._read_arrow(path, header, types, {"beginns", "endns", "gpu-id", "queue-id"})
+    n = table.num_rows
+    kernel = pc.replace_substring_regex(table.column(names["kernelname"]), CLONE_SUFFIX, "")
+    data = {
+        "kernel": kernel.to_pandas().astype("str"),
+        "start_ns": rocprof_csv._int_column(table, names["beginns"], n, path, required=True),
+        "end_ns": rocprof_csv._int_column(table, names["endns"], n, path, required=True),
+        "device": rocprof_csv._int_column(table, names.get("gpu-id"), n, path),
+        "queue": rocprof_csv._int_column(table, names.get("queue-id"), n, path),
+        "kind": "kernel",
+    }
+    frame = schema.dispatch_frame(data, SOURCE, path, rocprof_csv._label)
+    return {
+        "dispatches": frame,
+        "meta": {"table": rocprof_csv.LEGACY, "columns": len(header)},
+        "source": SOURCE,
+    }

@@ -1,0 +1,243 @@
+"""The canonical trace tables (docs/SCHEMA.md §1): column lists, dtype coercion and validation.
+
+Every reader hands its columns to `dispatch_frame`, `api_frame` or `marker_frame`, which check
+`end_ns >= start_ns` (naming the first bad row), coerce dtypes and sort by `start_ns`, so nothing
+half-parsed reaches the analyses.
+"""
+
+from __future__ import annotations
+
+import gzip
+import zlib
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from perflib.errors import InputError
+
+DISPATCH_COLUMNS = (
+    "kernel",
+    "start_ns",
+    "end_ns",
+    "device",
+    "queue",
+    "stream",
+    "correlation_id",
+    "kind",
+    "source",
+)
+API_COLUMNS = ("name", "start_ns", "end_ns", "pid", "tid", "correlation_id", "domain", "source")
+MARKER_COLUMNS = ("name", "start_ns", "end_ns", "pid", "tid", "domain", "source")
+STATS_COLUMNS = ("name", "calls", "total_ns", "average_ns", "percentage", "min_ns", "max_ns", "stddev")
+
+DISPATCH_KINDS = ("kernel", "memcpy", "memset")
+SOURCES = (
+    "rocprofv3-csv",
+    "rocprofv3-json",
+    "rocpd",
+    "rocprof-legacy",
+    "kineto",
+    "nsys-sqlite",
+    "cupti-text",
+)
+CLOCKS = ("monotonic", "boottime", "realtime", "unknown")
+
+_INT_COLUMNS = {"start_ns", "end_ns", "device", "queue", "stream", "correlation_id", "pid", "tid"}
+
+# Where-label for row i of a table: e.g. CSV "line {i+2}", JSON "kernel_dispatch[{i}]".
+RowLabel = Callable[[int], str]
+
+
+def _row_label_default(i: int) -> str:
+    return f"row {i + 1}"
+
+
+def _as_int64(values: Any, n: int, fill: int = -1) -> np.ndarray:
+    if values is None:
+        return np.full(n, fill, dtype=np.int64)
+    if np.isscalar(values):
+        return np.full(n, values, dtype=np.int64)
+    if isinstance(values, pd.Series):
+        values = values.to_numpy()
+    arr = np.asarray(values)
+    if arr.dtype == np.int64:
+        return arr
+    if arr.dtype.kind == "f":
+        arr = np.where(np.isnan(arr), fill, arr)
+    return arr.astype(np.int64)
+
+
+def _as_str(values: Any) -> pd.Series:
+    if isinstance(values, pd.Series):
+        return values.reset_index(drop=True).astype("str")
+    return pd.Series(values, dtype="str")
+
+
+def check_intervals(
+    start: np.ndarray, end: np.ndarray, path: object, label: RowLabel = _row_label_default, what: str = ""
+) -> None:
+    """Raise `InputError` naming the first row whose end is before its start."""
+    bad = np.flatnonzero(end < start)
+    if bad.size:
+        i = int(bad[0])
+        raise InputError(
+            path,
+            label(i),
+            f"an end timestamp >= its start{what}",
+            f"start {int(start[i])} ns, end {int(end[i])} ns ({bad.size} such rows)",
+        )
+
+
+def _frame(
+    columns: tuple[str, ...],
+    data: Mapping[str, Any],
+    source: str,
+    path: object,
+    label: RowLabel,
+    what: str,
+) -> pd.DataFrame:
+    start = _as_int64(data["start_ns"], 0)
+    n = len(start)
+    end = _as_int64(data["end_ns"], n)
+    check_intervals(start, end, path, label, what)
+    out: dict[str, Any] = {}
+    for col in columns:
+        if col == "source":
+            out[col] = pd.Categorical.from_codes(np.zeros(n, dtype=np.int8), categories=[source])
+        elif col == "kind":
+            kind = data.get("kind", "kernel")
+            if isinstance(kind, str):
+                out[col] = pd.Categorical.from_codes(
+                    np.full(n, DISPATCH_KINDS.index(kind), dtype=np.int8), categories=list(DISPATCH_KINDS)
+                )
+            else:
+                out[col] = pd.Categorical(np.asarray(kind, dtype=object), categories=list(DISPATCH_KINDS))
+        elif col == "start_ns":
+            out[col] = start
+        elif col == "end_ns":
+            out[col] = end
+        elif col in _INT_COLUMNS:
+            out[col] = _as_int64(data.get(col), n)
+        else:
+            value = data.get(col, "")
+            out[col] = pd.Series([value] * n, dtype="str") if isinstance(value, str) else _as_str(value)
+    frame = pd.DataFrame(out)
+    if n > 1 and not bool(np.all(start[1:] >= start[:-1])):
+        frame = frame.sort_values("start_ns", kind="stable", ignore_index=True)
+    return frame
+
+
+def dispatch_frame(
+    data: Mapping[str, Any], source: str, path: object, label: RowLabel = _row_label_default
+) -> pd.DataFrame:
+    """The canonical dispatch table from column arrays (missing ids become -1), sorted by start."""
+    return _frame(DISPATCH_COLUMNS, data, source, path, label, "")
+
+
+def api_frame(
+    data: Mapping[str, Any], source: str, path: object, label: RowLabel = _row_label_default
+) -> pd.DataFrame:
+    """The canonical API table (host API calls), sorted by start."""
+    return _frame(API_COLUMNS, data, source, path, label, " (API call)")
+
+
+def marker_frame(
+    data: Mapping[str, Any], source: str, path: object, label: RowLabel = _row_label_default
+) -> pd.DataFrame:
+    """The canonical marker table (ranges and marks; a mark has end == start), sorted by start."""
+    return _frame(MARKER_COLUMNS, data, source, path, label, " (marker)")
+
+
+def empty_dispatches(source: str) -> pd.DataFrame:
+    return dispatch_frame({"start_ns": [], "end_ns": []}, source, "")
+
+
+def empty_api(source: str) -> pd.DataFrame:
+    return api_frame({"start_ns": [], "end_ns": []}, source, "")
+
+
+def empty_markers(source: str) -> pd.DataFrame:
+    return marker_frame({"start_ns": [], "end_ns": []}, source, "")
+
+
+def concat(frames: list[pd.DataFrame], columns: tuple[str, ...]) -> pd.DataFrame:
+    """Concatenate canonical tables, keep categoricals, re-sort by start."""
+    frames = [f for f in frames if len(f)] or frames[:1]
+    if len(frames) == 1:
+        return frames[0]
+    out = pd.concat(frames, ignore_index=True)
+    for col in ("kind", "source"):
+        if col in columns:
+            cats = sorted({c for f in frames for c in f[col].cat.categories})
+            if col == "kind":
+                cats = list(DISPATCH_KINDS)
+            out[col] = pd.Categorical(out[col].astype("str"), categories=cats)
+    return out.sort_values("start_ns", kind="stable", ignore_index=True)
+
+
+def validate(frame: pd.DataFrame, columns: tuple[str, ...]) -> None:
+    """Assert a frame follows the canonical schema (used by tests and by writers on their input)."""
+    missing = [c for c in columns if c not in frame.columns]
+    if missing:
+        raise ValueError(f"trace table lacks columns {missing}")
+    for col in columns:
+        if col in _INT_COLUMNS and frame[col].dtype != np.int64:
+            raise ValueError(f"column {col} must be int64, is {frame[col].dtype}")
+
+
+# --- raw input -----------------------------------------------------------------------------------
+
+GZIP_MAGIC = b"\x1f\x8b"
+
+
+def is_gzip_name(path: Path) -> bool:
+    return path.name.lower().endswith(".gz")
+
+
+def base_name(path: Path) -> str:
+    """File name without a trailing `.gz`, lower-cased (format detection works on this)."""
+    name = path.name.lower()
+    return name[:-3] if name.endswith(".gz") else name
+
+
+def read_bytes(path: Path) -> bytes:
+    """The file's bytes, gunzipped where it is gzip; a bad or cut gzip is an `InputError`."""
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise InputError(path, None, "a readable file", str(exc)) from exc
+    if raw[:2] == GZIP_MAGIC:
+        try:
+            return gzip.decompress(raw)
+        except EOFError as exc:
+            raise InputError(
+                path, f"byte {len(raw)}", "a complete gzip stream", "the stream ends early (file cut?)"
+            ) from exc
+        except (gzip.BadGzipFile, zlib.error) as exc:
+            raise InputError(path, None, "valid gzip data", str(exc)) from exc
+    if is_gzip_name(path):
+        raise InputError(path, "byte 0", "gzip data (magic bytes 1f 8b) for a .gz file", repr(raw[:8]))
+    return raw
+
+
+def read_head(path: Path, size: int = 65536) -> bytes:
+    """The first `size` bytes of the (decompressed) file, for format detection."""
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(size)
+    except OSError as exc:
+        raise InputError(path, None, "a readable file", str(exc)) from exc
+    if head[:2] == GZIP_MAGIC:
+        try:
+            with gzip.open(path, "rb") as fh:
+                return fh.read(size)
+        except EOFError:
+            return read_bytes(path)[:size]  # raises the cut-stream error unless it is complete
+        except (gzip.BadGzipFile, zlib.error) as exc:
+            raise InputError(path, None, "valid gzip data", str(exc)) from exc
+    if is_gzip_name(path):
+        raise InputError(path, "byte 0", "gzip data (magic bytes 1f 8b) for a .gz file", repr(head[:8]))
+    return head
