@@ -55,6 +55,8 @@ def detect_format(path: str | Path) -> str:
         raise InputError(path, None, "an existing trace file or rocprofv3 output directory", "nothing there")
     with open(path, "rb") as fh:
         raw_head = fh.read(16)
+    if raw_head.startswith(b"PAR1"):
+        return "perflib-parquet"
     if raw_head.startswith(SQLITE_MAGIC):
         from perflib.traces import rocpd
 
@@ -74,7 +76,7 @@ def detect_format(path: str | Path) -> str:
         path,
         "byte 0",
         "a known trace format: rocprofv3 CSV/JSON/rocpd, legacy rocprof results.csv, Kineto JSON, "
-        "Nsight Systems SQLite or CUPTI activity text",
+        "Nsight Systems SQLite, CUPTI activity text or a perflib trace .parquet",
         repr(head[:40]),
     )
 
@@ -111,6 +113,10 @@ def read_trace(path: str | Path) -> Trace:
         from perflib.traces import cupti_text
 
         return cupti_text.read_cupti_text(path)
+    if fmt == "perflib-parquet":
+        from perflib.traces import parquet
+
+        return parquet.read_trace_parquet(path)
     raise InputError(path, None, "a known trace format", fmt)  # pragma: no cover
 
 
