@@ -45,6 +45,11 @@ def main(argv: list[str] | None = None) -> int:
     except PerflibError as exc:
         print(f"perflib: error: {exc}", file=sys.stderr)
         return 2
+    except BrokenPipeError:  # `perflib ... | head` closed the pipe: not an error
+        import os
+
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
     except KeyboardInterrupt:
         print("perflib: interrupted; records already written are kept", file=sys.stderr)
         return 130

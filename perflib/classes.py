@@ -1,0 +1,209 @@
+"""Kernel classes: regex tables per backend (package data YAML), matched on the kernel's base name.
+
+A table is an ordered list of `{class, pattern}` rules; the first match wins and an unmatched kernel is
+`other`. Patterns are `re.search`ed against the base name (`qmv_wide_kernel` for
+`void mlx::core::rocm::qmv_wide_kernel<__half, ...>(...)`), so template and argument types in a
+demangled signature cannot trip them; a rule with `scope: name` searches the full name instead (for
+`cutlass::Kernel2<cutlass_80_..._gemm...>`). A table may name tables whose rules go `before:` its own
+(the shared `_common` copy / fill / collective rules) and tables it `extends:` (their rules follow).
+A user file (`--classes FILE`, same format) is put in front of the built-in table: its rules override.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from perflib.errors import InputError, PerflibError
+
+OTHER = "other"
+TABLES_DIR = Path(__file__).resolve().parent / "data" / "classes"
+"""Shipped tables (package data). A plain path, not importlib.resources: it also works where the
+package is reached through an editable install's namespace path."""
+
+
+@dataclass(frozen=True)
+class ClassRule:
+    """One rule: kernels whose base name (or full name, `scope="name"`) matches `pattern` are `kernel_class`."""
+
+    kernel_class: str
+    pattern: str
+    scope: str = "base"
+
+    def compiled(self) -> re.Pattern[str]:
+        return _compile(self.pattern)
+
+
+@lru_cache(maxsize=512)
+def _compile(pattern: str) -> re.Pattern[str]:
+    return re.compile(pattern)
+
+
+@dataclass(frozen=True)
+class ClassTable:
+    """An ordered rule list with a name (`mlx-rocm`, `user:FILE+mlx-rocm`, ...)."""
+
+    name: str
+    rules: tuple[ClassRule, ...]
+    standalone: bool = True  # False: a user file naming no base, to be put in front of the auto-picked table
+
+    def classify(self, kernel: str) -> str:
+        """Class of one kernel name: first rule that matches, else `other`."""
+        base = base_name(kernel)
+        for rule in self.rules:
+            if rule.compiled().search(kernel if rule.scope == "name" else base):
+                return rule.kernel_class
+        return OTHER
+
+    def classify_names(self, names: Iterable[str]) -> list[str]:
+        """Classes of distinct names (call it on uniques, then map by code: a trace has few names)."""
+        return [self.classify(n) for n in names]
+
+    def extended_by(self, user: ClassTable) -> ClassTable:
+        """The user's rules first (they override), then this table's."""
+        return ClassTable(f"{user.name}+{self.name}", user.rules + self.rules, True)
+
+
+def base_name(kernel: str) -> str:
+    """The kernel's bare identifier: no return type, namespace, template arguments or parameter list.
+
+    `void mlx::core::rocm::qmv_wide_kernel<__half, 64>(__half const*, ...)` → `qmv_wide_kernel`;
+    `binary_vv<Add, f16>` → `binary_vv`; `Cijk_Alik_..._MT96x128x64` unchanged; names with spaces and no
+    signature (`compiled Cf2I...`, `Memcpy HtoD (Pageable -> Device)`) are kept whole.
+    """
+    name = kernel.strip()
+    if "<" not in name and "(" not in name and "::" not in name:
+        return name
+    # cut the parameter list: the first '(' outside template brackets
+    depth = 0
+    cut = len(name)
+    for i, ch in enumerate(name):
+        if ch == "<":
+            depth += 1
+        elif ch == ">" and depth:
+            depth -= 1
+        elif ch == "(" and depth == 0 and i > 0 and (name[i - 1].isalnum() or name[i - 1] in "_>"):
+            cut = i  # `f(` or `f<...>(` opens the parameter list; `::(anonymous namespace)` and `X (` do not
+            break
+    head = name[:cut]
+    # drop template arguments
+    out = []
+    depth = 0
+    for ch in head:
+        if ch == "<":
+            depth += 1
+        elif ch == ">" and depth:
+            depth -= 1
+        elif depth == 0:
+            out.append(ch)
+    head = "".join(out).strip()
+    # drop the return type ("void ", "__global__ void ") and the namespace
+    if " " in head and "::" in head or head.startswith(("void ", "__global__ ")):
+        head = head.split(" ")[-1]
+    head = head.rsplit("::", 1)[-1].strip()
+    return head or name
+
+
+def _rules_from(data: Any, where: str) -> tuple[list[ClassRule], list[str], list[str]]:
+    """Rules, `before` and `extends` from a parsed YAML document (a mapping with `classes:` or a bare list).
+
+    `before:` names tables whose rules go in front of this one's (the shared copy / fill / collective
+    rules, so that `copy` or `reduce` patterns cannot take `__amd_rocclr_copyBuffer` or an NCCL
+    all-reduce); `extends:` names tables whose rules follow.
+    """
+    extends: list[str] = []
+    before: list[str] = []
+    if isinstance(data, dict):
+        extends = [str(x) for x in (data.get("extends") or [])]
+        before = [str(x) for x in (data.get("before") or [])]
+        items = data.get("classes")
+    else:
+        items = data
+    if not isinstance(items, list):
+        raise InputError(where, None, "a list of {class, pattern} rules (or a mapping with `classes:`)", type(items).__name__)
+    rules = []
+    for i, item in enumerate(items):
+        if not isinstance(item, dict) or "class" not in item or "pattern" not in item:
+            raise InputError(where, f"classes[{i}]", "a mapping with `class` and `pattern`", repr(item))
+        scope = str(item.get("scope", "base"))
+        if scope not in ("base", "name"):
+            raise InputError(where, f"classes[{i}].scope", "`base` or `name`", scope)
+        try:
+            _compile(str(item["pattern"]))
+        except re.error as exc:
+            raise InputError(where, f"classes[{i}].pattern", "a Python regular expression", f"{item['pattern']!r} ({exc})") from None
+        rules.append(ClassRule(str(item["class"]), str(item["pattern"]), scope))
+    return rules, before, extends
+
+
+def builtin_backends() -> list[str]:
+    """Names of the shipped class tables (`perflib/data/classes/*.yaml`)."""
+    return sorted(p.stem for p in TABLES_DIR.glob("*.yaml") if not p.name.startswith("_"))
+
+
+@lru_cache(maxsize=32)
+def load_builtin(backend: str) -> ClassTable:
+    """The shipped table for `backend`, with the tables it extends appended."""
+    import yaml
+
+    known = builtin_backends() + ["_common"]
+    if backend not in known:
+        raise PerflibError(f"unknown class table {backend!r}; built-in: {', '.join(builtin_backends())}")
+    res = TABLES_DIR / f"{backend}.yaml"
+    rules, before, extends = _rules_from(yaml.safe_load(res.read_text()), f"perflib/data/classes/{backend}.yaml")
+    head: list[ClassRule] = [r for b in before for r in load_builtin(b).rules]
+    tail: list[ClassRule] = [r for parent in extends for r in load_builtin(parent).rules]
+    seen: set[ClassRule] = set()
+    ordered = [r for r in head + rules + tail if not (r in seen or seen.add(r))]  # first copy of a rule wins
+    return ClassTable(backend, tuple(ordered))
+
+
+def load_class_file(path: str | Path, base: str | None = None) -> ClassTable:
+    """A user's table (same YAML format). Its own `extends:` or `base` names the built-in it extends."""
+    import yaml
+
+    path = Path(path)
+    try:
+        data = yaml.safe_load(path.read_text())
+    except OSError as exc:
+        raise InputError(path, None, "a readable YAML class table", str(exc)) from None
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"{mark.line + 1}:{mark.column + 1}" if mark else None
+        raise InputError(path, where, "valid YAML", str(getattr(exc, "problem", exc))) from None
+    rules, before, extends = _rules_from(data, str(path))
+    rules = [r for b in before for r in load_builtin(b).rules] + rules
+    table = ClassTable(f"user:{path.name}", tuple(rules), standalone=False)
+    for parent in ([base] if base else []) + extends:
+        table = load_builtin(parent).extended_by(table)
+    return table
+
+
+def auto_table(names: Sequence[str], time_ns: np.ndarray | None = None) -> ClassTable:
+    """The built-in table that leaves the least kernel time (or count) in `other` for these names."""
+    weights = np.ones(len(names)) if time_ns is None else np.asarray(time_ns, dtype=np.float64)
+    best: tuple[float, ClassTable] | None = None
+    for backend in builtin_backends():
+        table = load_builtin(backend)
+        other = sum(w for n, w in zip(names, weights, strict=True) if table.classify(n) == OTHER)
+        if best is None or other < best[0]:
+            best = (other, table)
+    assert best is not None, "no built-in class tables shipped"
+    return best[1]
+
+
+def resolve_table(classes: Any, names: Sequence[str], time_ns: np.ndarray | None = None) -> ClassTable:
+    """A `ClassTable` from what `summarize` was given: a table, a backend name, `auto`/None."""
+    if isinstance(classes, ClassTable):
+        return classes if classes.standalone else auto_table(names, time_ns).extended_by(classes)
+    if classes is None or classes == "auto":
+        return auto_table(names, time_ns)
+    if isinstance(classes, str):
+        return load_builtin(classes)
+    raise PerflibError(f"classes: expected a ClassTable, a backend name or 'auto', got {type(classes).__name__}")

@@ -1,0 +1,144 @@
+"""`perflib trace summary`: GPU busy versus host gaps, gap sizes, steps, kernels and classes of a trace."""
+
+from __future__ import annotations
+
+import argparse
+
+WINDOW_HELP = (
+    "START:END in integer ns on the trace's own clock, or with a unit suffix (ns, us, ms, s) relative "
+    "to the first GPU event, e.g. 100ms:250ms; either side may be empty"
+)
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    """Add `trace` with its sub-command `summary`."""
+    trace = subparsers.add_parser("trace", help="attribute profiler traces to GPU kernels and host gaps")
+    sub = trace.add_subparsers(dest="trace_command", required=True, metavar="SUBCOMMAND")
+    p = sub.add_parser(
+        "summary",
+        help="window, GPU busy, host gaps by size, steps, top kernels and kernel classes",
+        description=(
+            "Summarise one window of a profiler trace (rocprofv3 CSV/JSON/rocpd or output directory, "
+            "Kineto JSON, Nsight Systems SQLite, ...): GPU busy = union of kernel, copy and fill "
+            "intervals clipped to the window; host gap = window - busy; gaps by size; per-step figures; "
+            "time by kernel and by kernel class. Without a window option the window is the trace span."
+        ),
+    )
+    p.add_argument("path", metavar="PATH", help="trace file or rocprofv3 output directory")
+    win = p.add_mutually_exclusive_group()
+    win.add_argument("--window", metavar="START:END", help=WINDOW_HELP)
+    win.add_argument("--marker", metavar="NAME", help="window = the roctx/NVTX/annotation range with this exact name "
+                     "(several with that name: from the first start to the last end; NAME@I picks the I-th, 0-based)")
+    win.add_argument("--manifest", metavar="FILE", help="window = the sweep level of this run folder or manifest.json "
+                     "(its recorded clocks, aligned to the trace clock)")
+    p.add_argument("--classes", metavar="FILE", help="YAML class table whose rules go in front of the built-in one")
+    p.add_argument("--backend", metavar="NAME", default="auto",
+                   help="built-in class table (mlx-rocm, pytorch-cuda, pytorch-rocm, llamacpp-cuda, llamacpp-rocm) "
+                   "or auto: the one that leaves the least kernel time unclassified (default)")
+    p.add_argument("--steps", metavar="N|REGEX",
+                   help="step count from counters (integer), or a regex for the step markers; default: "
+                   "ProfilerStep#N markers, else detect the step rhythm from the dispatches")
+    p.add_argument("--top", metavar="N", type=int, default=10, help="kernels and largest gaps to list (default 10)")
+    p.add_argument("--json", action="store_true", help="print one JSON object instead of tables")
+    p.set_defaults(func=run_summary)
+
+
+def _window(args: argparse.Namespace, trace: object):  # -> Window | None
+    from perflib import attribution
+
+    if args.window:
+        return attribution.parse_window(args.window, trace.dispatches)
+    if args.marker:
+        name, index = args.marker, None
+        if "@" in name and name.rsplit("@", 1)[1].lstrip("-").isdigit():
+            name, raw = name.rsplit("@", 1)
+            index = int(raw)
+        return attribution.window_from_marker(trace.markers, name, index)
+    if args.manifest:
+        return attribution.window_from_manifest(trace, args.manifest)
+    return None
+
+
+def run_summary(args: argparse.Namespace) -> int:
+    """Read the trace, summarise the window, print a table or one JSON object."""
+    from perflib import attribution, classes
+    from perflib.errors import PerflibError
+    from perflib.traces import read_trace
+
+    if args.top < 0:
+        raise PerflibError(f"--top {args.top}: expected a count >= 0")
+    trace = read_trace(args.path)
+    window = _window(args, trace)
+    if args.classes:
+        table = classes.load_class_file(args.classes, None if args.backend == "auto" else args.backend)
+    else:
+        table = args.backend
+    steps: int | str | None = None
+    if args.steps is not None:
+        steps = int(args.steps) if args.steps.isdigit() else args.steps
+    summary = attribution.summarize(trace, window=window, classes=table, steps=steps, top=args.top)
+    if args.json:
+        import json
+
+        out = summary.to_dict()
+        out["path"] = str(args.path)
+        out["source"] = trace.source
+        out["clock"] = trace.clock
+        print(json.dumps(out, allow_nan=False))
+    else:
+        print(format_summary(summary, trace))
+    return 0
+
+
+def _f(x: float | None, fmt: str = "{:.3f}", unit: str = "") -> str:
+    return "n/a" if x is None else fmt.format(x) + unit
+
+
+def format_summary(summary, trace) -> str:  # noqa: ANN001 - TraceSummary, Trace (imported lazily)
+    """The readable report: headline figures, gap buckets, largest gaps, steps, kernels, classes."""
+    from tabulate import tabulate
+
+    from perflib.classes import base_name
+
+    s = summary
+    lines = [
+        f"trace    {trace.path}  ({trace.source}, clock {trace.clock})",
+        f"window   {s.window.label}: [{s.window.start_ns}, {s.window.end_ns}) ns",
+        f"dispatches {s.dispatches}   window {s.window_ms:.3f} ms   GPU busy {s.busy_ms:.3f} ms   "
+        f"host gap {s.gap_ms:.3f} ms   busy share {_f(None if s.busy_share is None else 100 * s.busy_share, '{:.1f}', ' %')}",
+    ]
+    if s.steps:
+        lines.append(
+            f"steps    {s.steps} ({s.step_method})   per step: busy {_f(s.busy_ms_per_step, unit=' ms')}   "
+            f"gap {_f(s.gap_ms_per_step, unit=' ms')}   dispatches {_f(s.dispatches_per_step, '{:.1f}')}"
+        )
+    else:
+        lines.append("steps    n/a (no step markers and no step rhythm found; pass --steps N)")
+    lines += ["", "host gaps by size"]
+    lines.append(tabulate(
+        [[r.bucket, r.count, f"{r.gap_ms:.3f}", f"{100 * r.gap_ms / s.gap_ms:.1f}" if s.gap_ms > 0 else "n/a"]
+         for r in s.gap_buckets.itertuples()],
+        headers=["bucket", "gaps", "gap ms", "% of gap"], tablefmt="simple", disable_numparse=True,
+    ))
+    if len(s.largest_gaps):
+        lines += ["", f"largest gaps (top {len(s.largest_gaps)}), charged to the dispatch that ends each"]
+        lines.append(tabulate(
+            [[f"{r.offset_ms:.3f}", f"{r.gap_ms:.3f}", base_name(r.kernel)[:60]] for r in s.largest_gaps.itertuples()],
+            headers=["at ms", "gap ms", "ended by"], tablefmt="simple", disable_numparse=True,
+        ))
+    per_step = "ms/step" if s.steps else "ms/step (n/a)"
+    lines += ["", f"kernel classes (table {s.class_table})"]
+    lines.append(tabulate(
+        [[r.kernel_class, f"{r.time_ms:.3f}", r.count, _f(None if r.ms_per_step != r.ms_per_step else r.ms_per_step),
+          f"{100 * r.share:.1f}"] for r in s.classes.itertuples()],
+        headers=["class", "time ms", "count", per_step, "% kernel time"], tablefmt="simple", disable_numparse=True,
+    ))
+    lines += ["", f"top kernels ({min(s.top, len(s.kernels))} of {len(s.kernels)})"]
+    lines.append(tabulate(
+        [[base_name(r.kernel)[:60], r.kernel_class, f"{r.time_ms:.3f}", r.count,
+          _f(None if r.ms_per_step != r.ms_per_step else r.ms_per_step), f"{100 * r.share:.1f}"]
+         for r in s.kernels.head(s.top).itertuples()],
+        headers=["kernel", "class", "time ms", "count", per_step, "% kernel time"], tablefmt="simple",
+        disable_numparse=True,
+    ))
+    return "\n".join(lines)
