@@ -6,3 +6,12 @@ schema, in nanoseconds.
 """
 
 __version__ = "0.1.0"
+
+
+def __getattr__(name: str):
+    """`perflib.open_campaign` without importing pandas at `import perflib`."""
+    if name == "open_campaign":
+        from perflib.explore import open_campaign
+
+        return open_campaign
+    raise AttributeError(f"module 'perflib' has no attribute {name!r}")

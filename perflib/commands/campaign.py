@@ -1,0 +1,125 @@
+"""`perflib campaign`: validate a campaign file, run its matrix with papermill, rebuild its page."""
+
+from __future__ import annotations
+
+import argparse
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "campaign",
+        help="run a campaign (arm x backend x batch x context x repeat) and write its results page",
+        description=(
+            "A campaign file (campaigns/*.yaml) names the model, backends, batch sizes, contexts, repeats, arms, "
+            "a regression gate and candidates. `run` executes notebooks/collect.ipynb per run with papermill "
+            "(complete runs are skipped, failed runs keep their executed notebook), derives data/derived/<name>/ "
+            "and writes reports/<name>-<date>.md; `report` rebuilds both from data/raw without a server."
+        ),
+    )
+    sub = parser.add_subparsers(dest="campaign_command", required=True, metavar="ACTION")
+
+    def common(p: argparse.ArgumentParser) -> None:
+        p.add_argument("file", help="campaign YAML file, e.g. campaigns/demo.yaml")
+        p.add_argument("--data", help="data folder holding raw/ and derived/ (default: the campaign's data_dir)")
+        p.add_argument("--reports", help="folder for the results page (default: the campaign's reports_dir)")
+        p.add_argument("--json", action="store_true", help="print one JSON object instead of text")
+
+    run_p = sub.add_parser("run", help="measure every incomplete run, then derive and write the page")
+    common(run_p)
+    run_p.add_argument("--guard", action="store_true",
+                       help="GPU guard: wait for an idle GPU, watch it at 1 Hz, redo contended runs (up to 5 "
+                            "attempts); a no-op with a message where there is no GPU")
+    run_p.add_argument("--guard-idle-s", type=float, default=90.0, help="idle time the guard waits for (default 90 s)")
+    run_p.add_argument("--only", nargs="+", metavar="KEY=V[,V]",
+                       help="restrict the matrix, e.g. --only arm=after batch=1,4 (keys: arm backend batch "
+                            "context repeat)")
+    run_p.add_argument("--kernel", help="Jupyter kernel for papermill (default: one that runs this Python; "
+                                        "register with `python -m ipykernel install --user --name perflib`)")
+    run_p.add_argument("--no-report", action="store_true", help="measure only; do not derive or write the page")
+    run_p.set_defaults(func=run)
+
+    report_p = sub.add_parser("report", help="rebuild data/derived and the page from data/raw (no server)")
+    common(report_p)
+    report_p.add_argument("--date", help="page date (default: the UTC day the campaign's last run ended)")
+    report_p.add_argument("--notebook-export", action="store_true",
+                          help="also execute notebooks/report.ipynb and export it with "
+                               "`jupyter nbconvert --to markdown --no-input`")
+    report_p.set_defaults(func=report)
+
+    check_p = sub.add_parser("validate", help="check a campaign file and print its matrix size")
+    check_p.add_argument("file")
+    check_p.add_argument("--json", action="store_true")
+    check_p.set_defaults(func=validate)
+
+
+def _load(args: argparse.Namespace):
+    from pathlib import Path
+
+    from perflib.campaign import load_campaign, replace_data_dir
+
+    campaign = load_campaign(args.file)
+    return replace_data_dir(campaign, Path(args.data) if getattr(args, "data", None) else None,
+                            Path(args.reports) if getattr(args, "reports", None) else None)
+
+
+def validate(args: argparse.Namespace) -> int:
+    import json
+
+    from perflib.campaign import expand, load_campaign
+
+    campaign = load_campaign(args.file)
+    runs = expand(campaign)
+    info = {"campaign": campaign.name, "runs": len(runs), "arms": [a.name for a in campaign.arms],
+            "backends": [b.name for b in campaign.backends], "candidates": [c.id for c in campaign.candidates]}
+    if args.json:
+        print(json.dumps(info))
+    else:
+        print(f"{args.file}: campaign {campaign.name}: {len(runs)} runs ({len(campaign.arms)} arms x "
+              f"{len(campaign.backends)} backends x {len(campaign.batches)} batches x {len(campaign.contexts)} "
+              f"contexts x {campaign.repeats} repeats), {len(campaign.candidates)} candidates")
+    return 0
+
+
+def run(args: argparse.Namespace) -> int:
+    import json
+    import sys
+
+    from perflib.campaign import GUARD_EXIT, parse_only, run_campaign
+
+    campaign = _load(args)
+    result = run_campaign(campaign, guard=args.guard, only=parse_only(args.only), kernel_name=args.kernel,
+                          progress=True, write_page=not args.no_report, guard_idle_s=args.guard_idle_s)
+    if args.json:
+        print(json.dumps({"campaign": campaign.name, "done": list(result.done), "skipped": list(result.skipped),
+                          "failed": [{"run": r, "error": e} for r, e in result.failed],
+                          "contended": list(result.contended), "page": str(result.page) if result.page else None}))
+    else:
+        print(f"campaign {campaign.name}: {len(result.done)} runs measured, {len(result.skipped)} skipped "
+              f"(complete), {len(result.failed)} failed")
+        for label, error in result.failed:
+            print(f"  FAILED {label}: {error}", file=sys.stderr)
+        if result.page:
+            print(f"page: {result.page}")
+    if result.failed:
+        contended_only = all(e.startswith("contended on all") for _, e in result.failed)
+        return GUARD_EXIT if contended_only else 1
+    return 0
+
+
+def report(args: argparse.Namespace) -> int:
+    import json
+
+    from perflib import report as report_mod
+
+    campaign = _load(args)
+    page = report_mod.write_report(campaign, date=args.date)
+    exported = report_mod.export_notebook(campaign) if args.notebook_export else None
+    if args.json:
+        print(json.dumps({"campaign": campaign.name, "page": str(page),
+                          "derived": str(campaign.derived_dir()), "notebook_export": str(exported) if exported else None}))
+    else:
+        print(f"derived: {campaign.derived_dir()}")
+        print(f"page: {page}")
+        if exported:
+            print(f"notebook export: {exported}")
+    return 0

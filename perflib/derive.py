@@ -1,0 +1,234 @@
+"""Derived tables (docs/SCHEMA.md §4) of a campaign, built from `data/raw` alone.
+
+`build(campaign)` reads every run folder (`perflib.sweep.summarize_run`) and every trace the
+runs point to (`perflib.traces.read_trace`, windowed to the level by the manifest clocks and
+attributed by `perflib.attribution.summarize`); `write(tables, out_dir)` writes the CSV files with
+sorted rows and fixed float formats, so that a rebuild gives the same bytes.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pandas as pd
+
+if TYPE_CHECKING:
+    from perflib.campaign import Campaign
+
+KEYS = ["campaign", "arm", "backend", "batch", "context", "repeat"]
+COLUMNS: dict[str, list[str]] = {
+    "runs": KEYS + ["status", "ok", "failed", "ttft_ms", "ttft_p95_ms", "decode_tok_s", "aggregate_tok_s",
+                    "decode_step_ms", "raw_step_ms", "steady_step_ms", "occupancy", "prefill_chunks", "mixed_steps",
+                    "decode_steps", "decode_tokens", "own_step_share", "prefill_share", "other_share", "window_ms"],
+    "trace_runs": KEYS + ["dispatches", "window_ms", "busy_ms", "gap_ms", "busy_share", "steps", "busy_ms_per_step",
+                          "gap_ms_per_step", "step_method"],
+    "classes": KEYS + ["kernel_class", "time_ms", "count", "ms_per_step", "share"],
+    "kernels": KEYS + ["kernel", "kernel_class", "time_ms", "count", "ms_per_step", "share"],
+    "gaps": KEYS + ["bucket", "gap_ms", "count"],
+    "steps": KEYS + ["step", "start_ns", "end_ns", "busy_ms", "gap_ms", "dispatches"],
+}
+SORT: dict[str, list[str]] = {
+    "runs": KEYS, "trace_runs": KEYS, "classes": KEYS + ["kernel_class"], "kernels": KEYS + ["kernel"],
+    "gaps": KEYS, "steps": KEYS + ["step"],
+}
+GAP_ORDER = ["<10us", "10-50us", "50-200us", "0.2-1ms", "1-5ms", ">=5ms"]
+FLOAT_FORMAT = "%.6g"
+
+
+def empty(name: str) -> pd.DataFrame:
+    return pd.DataFrame({c: pd.Series(dtype="object") for c in COLUMNS[name]})
+
+
+@dataclass(frozen=True)
+class DerivedTables:
+    """The six derived tables of one campaign, plus notes on what could not be derived and why."""
+
+    runs: pd.DataFrame = field(default_factory=lambda: empty("runs"))
+    trace_runs: pd.DataFrame = field(default_factory=lambda: empty("trace_runs"))
+    classes: pd.DataFrame = field(default_factory=lambda: empty("classes"))
+    kernels: pd.DataFrame = field(default_factory=lambda: empty("kernels"))
+    gaps: pd.DataFrame = field(default_factory=lambda: empty("gaps"))
+    steps: pd.DataFrame = field(default_factory=lambda: empty("steps"))
+    notes: tuple[str, ...] = ()
+
+    def table(self, name: str) -> pd.DataFrame:
+        return getattr(self, name)
+
+
+def normalize(name: str, frame: pd.DataFrame) -> pd.DataFrame:
+    """Schema column order (extra columns kept after), rows sorted by the keys, a fresh index."""
+    frame = frame.copy()
+    for col in COLUMNS[name]:
+        if col not in frame.columns:
+            frame[col] = None
+    extra = sorted(c for c in frame.columns if c not in COLUMNS[name])
+    frame = frame[COLUMNS[name] + extra]
+    if len(frame):
+        by = [c for c in SORT[name] if c in frame.columns]
+        if name == "gaps":
+            frame = frame.assign(_o=frame["bucket"].map({b: i for i, b in enumerate(GAP_ORDER)}))
+            by = by + ["_o"]
+        frame = frame.sort_values(by, kind="stable").drop(columns=[c for c in ["_o"] if c in frame.columns])
+    return frame.reset_index(drop=True)
+
+
+def _keys(campaign: str, arm: str, backend: str, manifest: dict, run_dir: Path) -> dict[str, Any]:
+    from perflib.campaign import RUN_DIR_RE
+
+    match = RUN_DIR_RE.match(run_dir.name)
+    batch, context, repeat = (int(g) for g in match.groups()) if match else (None, None, None)
+    return {"campaign": campaign, "arm": arm, "backend": backend,
+            "batch": int(manifest.get("batch", batch)), "context": int(manifest.get("context", context)),
+            "repeat": int(manifest.get("repeat", repeat))}
+
+
+def summarize_run_row(run_dir: Path, keys: dict[str, Any]) -> dict[str, Any]:
+    """One runs.csv row: `perflib.sweep.summarize_run`, with the campaign keys set from the folder."""
+    from perflib import sweep
+
+    row = dict(sweep.summarize_run(run_dir))
+    row.update(keys)
+    return row
+
+
+def trace_rows(campaign: Campaign, arm: str, backend: str, run_dir: Path, keys: dict[str, Any],
+               decode_steps: Any) -> tuple[dict[str, pd.DataFrame] | None, str | None]:
+    """Trace tables of one run, or (None, why not) where it has no trace or the trace is unreadable."""
+    from perflib.campaign import RunSpec, trace_path
+
+    spec = campaign.backend(backend) if backend in {b.name for b in campaign.backends} else None
+    run = RunSpec(campaign.name, arm, backend, keys["batch"], keys["context"], keys["repeat"], campaign.decode_tokens)
+    path = trace_path(campaign, run, campaign.data_dir)
+    if path is None:
+        kind = spec.profiler.kind if spec else "unknown"
+        return None, f"no kernel trace for backend {backend} (profiler: {kind})"
+    if not path.exists():
+        return None, f"{run.label}: trace path {path} does not exist"
+    from perflib import attribution, classes, traces
+
+    try:
+        trace = traces.read_trace(path)
+        window = attribution.window_from_manifest(trace, str(run_dir))
+        table: Any = None
+        if spec and spec.kernel_classes:
+            file = Path(spec.kernel_classes)
+            if not file.is_absolute():
+                file = campaign.path.parent / file
+            table = classes.load_class_file(file) if file.suffix in (".yaml", ".yml") else spec.kernel_classes
+        steps = int(decode_steps) if pd.notna(decode_steps) and decode_steps else None
+        summary = attribution.summarize(trace, window=window, classes=table, steps=steps)
+    except Exception as exc:  # noqa: BLE001 - a bad trace is a result for the page, not a crash
+        return None, f"{run.label}: trace {path} could not be attributed: {exc}"
+    out = {
+        "trace_runs": pd.DataFrame([{**keys, "dispatches": summary.dispatches, "window_ms": summary.window_ms,
+                                     "busy_ms": summary.busy_ms, "gap_ms": summary.gap_ms,
+                                     "busy_share": summary.busy_share, "steps": summary.steps,
+                                     "busy_ms_per_step": summary.busy_ms_per_step,
+                                     "gap_ms_per_step": summary.gap_ms_per_step, "step_method": summary.step_method}]),
+        "classes": summary.classes.assign(**keys),
+        "kernels": summary.kernels.assign(**keys),
+        "gaps": summary.gap_buckets.assign(**keys),
+        "steps": summary.step_table.assign(**keys),
+    }
+    return out, None
+
+
+def build(campaign: Campaign, data_dir: Path | None = None) -> DerivedTables:
+    """All derived tables of the campaign from its run folders under `<data>/raw/<campaign>/`."""
+    from dataclasses import replace
+
+    from perflib.campaign import read_manifest, run_folders
+
+    if data_dir is not None:
+        campaign = replace(campaign, data_dir=Path(data_dir))
+    parts: dict[str, list[pd.DataFrame]] = {name: [] for name in COLUMNS}
+    rows = []
+    notes: list[str] = []
+    for arm, backend, run_dir in run_folders(campaign):
+        manifest = read_manifest(run_dir) or {}
+        keys = _keys(campaign.name, arm, backend, manifest, run_dir)
+        try:
+            row = summarize_run_row(run_dir, keys)
+        except Exception as exc:  # noqa: BLE001 - one broken run folder must not hide the others
+            notes.append(f"{arm}/{backend}/{run_dir.name}: not summarised: {exc}")
+            row = {**keys, "status": manifest.get("status", "incomplete")}
+        rows.append(row)
+        tables, why = trace_rows(campaign, arm, backend, run_dir, keys, row.get("decode_steps"))
+        if tables is None:
+            if why and why not in notes:
+                notes.append(why)
+            continue
+        for name, frame in tables.items():
+            parts[name].append(frame)
+    out = {"runs": pd.DataFrame(rows) if rows else empty("runs")}
+    for name in ("trace_runs", "classes", "kernels", "gaps", "steps"):
+        frames = [f for f in parts[name] if len(f)]
+        out[name] = pd.concat(frames, ignore_index=True) if frames else empty(name)
+    return DerivedTables(**{k: normalize(k, v) for k, v in out.items()}, notes=tuple(notes))
+
+
+def write(tables: DerivedTables, out_dir: Path) -> list[Path]:
+    """Write the six CSV files (and `notes.json`) into `out_dir`; returns the paths written."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    written = []
+    for name in COLUMNS:
+        path = out_dir / f"{name}.csv"
+        normalize(name, tables.table(name)).to_csv(path, index=False, float_format=FLOAT_FORMAT, lineterminator="\n")
+        written.append(path)
+    notes = out_dir / "notes.json"
+    notes.write_text(json.dumps(list(tables.notes), indent=2) + "\n")
+    written.append(notes)
+    return written
+
+
+def read(out_dir: Path) -> DerivedTables:
+    """The tables back from a `data/derived/<campaign>/` folder."""
+    out_dir = Path(out_dir)
+    frames = {}
+    for name in COLUMNS:
+        path = out_dir / f"{name}.csv"
+        frames[name] = pd.read_csv(path) if path.is_file() and path.stat().st_size else empty(name)
+    notes_path = out_dir / "notes.json"
+    notes = tuple(json.loads(notes_path.read_text())) if notes_path.is_file() else ()
+    return DerivedTables(**frames, notes=notes)
+
+
+def build_and_write(campaign: Campaign, data_dir: Path | None = None) -> DerivedTables:
+    """Rebuild `data/derived/<campaign>/` from `data/raw` and return the tables."""
+    tables = build(campaign, data_dir)
+    write(tables, campaign.derived_dir(data_dir))
+    return tables
+
+
+def profile_run(campaign_file: str | Path, arm: str, backend: str, batch: int, context: int, repeat: int,
+                data_dir: str | Path | None = None) -> dict[str, pd.DataFrame]:
+    """Attribute one run's trace, windowed to its level, and write its tables to
+    `data/derived/<campaign>/runs/<arm>/<backend>/<run>/`; a missing trace is a clear error."""
+    from dataclasses import replace
+
+    from perflib.campaign import RunSpec, load_campaign, read_manifest
+    from perflib.errors import PerflibError
+
+    campaign = load_campaign(campaign_file)
+    if data_dir is not None:
+        campaign = replace(campaign, data_dir=Path(data_dir))
+    run = RunSpec(campaign.name, arm, backend, batch, context, repeat, campaign.decode_tokens)
+    run_dir = run.run_dir(campaign.data_dir)
+    manifest = read_manifest(run_dir)
+    if manifest is None:
+        raise PerflibError(f"{run_dir}: expected a run folder with manifest.json (run collect.ipynb first)")
+    keys = _keys(campaign.name, arm, backend, manifest, run_dir)
+    row = summarize_run_row(run_dir, keys)
+    tables, why = trace_rows(campaign, arm, backend, run_dir, keys, row.get("decode_steps"))
+    if tables is None:
+        raise PerflibError(why or f"{run.label}: no trace")
+    out_dir = campaign.derived_dir() / "runs" / arm / backend / run.folder
+    out_dir.mkdir(parents=True, exist_ok=True)
+    for name, frame in tables.items():
+        normalize(name, frame).to_csv(out_dir / f"{name}.csv", index=False, float_format=FLOAT_FORMAT,
+                                      lineterminator="\n")
+    return {name: normalize(name, frame) for name, frame in tables.items()}

@@ -1,0 +1,121 @@
+"""The front object of a campaign: `perflib.open_campaign(path)`.
+
+It reads the campaign file and derives the tables from `data/raw` on first use (nothing is
+cached on disk, so a notebook always shows what the raw data says), and delegates each question
+to a pure function: the derived tables (`perflib.derive`), verdicts (`perflib.verdicts`) and
+the standard figures (`perflib.report`).
+"""
+
+from __future__ import annotations
+
+from functools import cached_property
+from pathlib import Path
+
+import pandas as pd
+
+from perflib import derive, report
+from perflib import verdicts as verdict_mod
+from perflib.campaign import Campaign, load_campaign, replace_data_dir
+
+
+class CampaignView:
+    """One campaign's data: `.runs`, `.levels`, `.kernels`, `.classes`, `.gaps`, `.steps`,
+    `.trace_runs` as DataFrames, `.verdicts()`, `.gates()` and the `plot_*` figures."""
+
+    def __init__(self, campaign: Campaign):
+        self.campaign = campaign
+
+    def __repr__(self) -> str:
+        return (f"CampaignView({self.campaign.name!r}, runs={len(self.runs)}, traced={len(self.trace_runs)}, "
+                f"data={self.campaign.data_dir})")
+
+    @cached_property
+    def tables(self) -> derive.DerivedTables:
+        return derive.build(self.campaign)
+
+    @property
+    def runs(self) -> pd.DataFrame:
+        return self.tables.runs
+
+    @property
+    def trace_runs(self) -> pd.DataFrame:
+        return self.tables.trace_runs
+
+    @property
+    def kernels(self) -> pd.DataFrame:
+        return self.tables.kernels
+
+    @property
+    def classes(self) -> pd.DataFrame:
+        return self.tables.classes
+
+    @property
+    def gaps(self) -> pd.DataFrame:
+        return self.tables.gaps
+
+    @property
+    def steps(self) -> pd.DataFrame:
+        return self.tables.steps
+
+    @property
+    def notes(self) -> tuple[str, ...]:
+        return self.tables.notes
+
+    @property
+    def levels(self) -> pd.DataFrame:
+        """Medians over repeats per (arm, backend, batch, context)."""
+        return report.level_table(self.tables)
+
+    def decomposition(self) -> pd.DataFrame:
+        return self.levels[[*report.LEVEL_KEYS, "own_step_share", "prefill_share", "other_share"]]
+
+    def step_over_floor(self) -> pd.DataFrame:
+        return report.floor_table(self.tables, self.campaign)
+
+    def before_after(self) -> pd.DataFrame:
+        return report.before_after_table(self.tables, [a.name for a in self.campaign.arms])
+
+    def reference_ratio(self) -> pd.DataFrame:
+        return report.ratio_table(self.tables, [b.name for b in self.campaign.backends],
+                                  self.campaign.other_backends, max(self.campaign.batches),
+                                  [a.name for a in self.campaign.arms])
+
+    def verdict_list(self) -> list[verdict_mod.Verdict]:
+        return verdict_mod.evaluate(self.campaign.candidates, self.tables, verdict_mod.Context.of(self.campaign))
+
+    def verdicts(self) -> pd.DataFrame:
+        """One row per (candidate, scope): outcome with its number and threshold."""
+        return verdict_mod.verdict_table(self.verdict_list())
+
+    def gates(self) -> list[verdict_mod.GateResult]:
+        ctx = verdict_mod.Context.of(self.campaign)
+        return [g for gate in self.campaign.gates for g in verdict_mod.evaluate_gate(gate, self.tables, ctx)]
+
+    def plot_batch_scaling(self):
+        return report.plot_batch_scaling(self.tables)
+
+    def plot_decomposition(self):
+        return report.plot_decomposition(self.tables)
+
+    def plot_step_over_floor(self):
+        return report.plot_step_over_floor(self.tables, self.campaign)
+
+    def plot_before_after(self):
+        return report.plot_before_after(self.tables, [a.name for a in self.campaign.arms])
+
+    def write_derived(self) -> Path:
+        derive.write(self.tables, self.campaign.derived_dir())
+        return self.campaign.derived_dir()
+
+    def write_report(self, reports_dir: str | Path | None = None, date: str | None = None) -> Path:
+        self.write_derived()
+        return report.write_report(self.campaign, reports_dir=Path(reports_dir) if reports_dir else None, date=date,
+                                   tables=self.tables)
+
+
+def open_campaign(path: str | Path, data_dir: str | Path | None = None) -> CampaignView:
+    """Open a campaign YAML file; `data_dir` overrides where `raw/` and `derived/` live."""
+    campaign = load_campaign(path)
+    if data_dir is not None:
+        campaign = replace_data_dir(campaign, Path(data_dir), None)
+    return CampaignView(campaign)

@@ -1,0 +1,564 @@
+"""Verdicts: candidates (hypotheses) decided by named measurements over the derived tables.
+
+A measurement is a function registered with `@measurement("name")`; it takes the derived tables
+and a `Scope` (arm, backend, batch, context, kernel classes, ...) and returns a `Measured`: a
+value, the sentence that states it with units ("host gaps 6.7 of 57.0 ms per step (11.7%)"),
+or `None` with the reason it could not be measured. A candidate names a measurement and two
+thresholds; its verdict is confirmed, ruled out, inconclusive or not measured, always printed
+with the number and the threshold that decided it.
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any
+
+import pandas as pd
+
+if TYPE_CHECKING:
+    from perflib.campaign import Campaign, CandidateSpec, GateSpec
+    from perflib.derive import DerivedTables
+
+CONFIRMED, RULED_OUT, INCONCLUSIVE, NOT_MEASURED = "confirmed", "ruled out", "inconclusive", "not measured"
+OUTCOMES = (CONFIRMED, RULED_OUT, INCONCLUSIVE, NOT_MEASURED)
+
+
+@dataclass(frozen=True)
+class Scope:
+    """Where a measurement applies, and the campaign facts some measurements need."""
+
+    arm: str | None = None
+    backend: str | None = None
+    batch: int | None = None
+    context: int | None = None
+    classes: tuple[str, ...] = ()
+    column: str | None = None
+    baseline: str | None = None
+    weight_bytes: int | None = None
+    kv_bytes_per_token: int | None = None
+    peak_bandwidth_gbs: float | None = None
+    profiler: str | None = None
+
+    def describe(self) -> str:
+        parts = [f"{k} {v}" for k, v in (("arm", self.arm), ("backend", self.backend), ("batch", self.batch),
+                                          ("context", self.context)) if v is not None]
+        return ", ".join(parts)
+
+
+@dataclass(frozen=True)
+class Measured:
+    """A measured value and its sentence, or value None with `why` it was not measured."""
+
+    value: float | None
+    text: str
+    why: str = ""
+
+
+@dataclass(frozen=True)
+class Measurement:
+    name: str
+    func: Callable[[DerivedTables, Scope], Measured]
+    unit: str  # "fraction" (a share; thresholds in % are divided by 100), "ratio", "ms", "pct", "count"
+    doc: str
+
+
+MEASUREMENTS: dict[str, Measurement] = {}
+
+
+def measurement(name: str, unit: str = "ratio") -> Callable:
+    """Register a measurement under `name` (campaign files refer to it by that name)."""
+
+    def register(func: Callable[[DerivedTables, Scope], Measured]) -> Callable:
+        MEASUREMENTS[name] = Measurement(name, func, unit, (func.__doc__ or "").strip().splitlines()[0])
+        return func
+
+    return register
+
+
+# ---------------------------------------------------------------------------------------- helpers
+
+
+def _num(value: Any) -> float | None:
+    try:
+        value = float(value)
+    except (TypeError, ValueError):
+        return None
+    return None if math.isnan(value) else value
+
+
+def _select(frame: pd.DataFrame, scope: Scope, batch: int | None = None, arm: str | None = None) -> pd.DataFrame:
+    if frame is None or not len(frame):
+        return frame.iloc[0:0] if frame is not None else pd.DataFrame()
+    mask = pd.Series(True, index=frame.index)
+    for key, value in (("arm", arm or scope.arm), ("backend", scope.backend), ("context", scope.context),
+                       ("batch", batch if batch is not None else scope.batch)):
+        if value is not None and key in frame.columns:
+            mask &= frame[key].astype(str) == str(value)
+    if "status" in frame.columns:
+        mask &= frame["status"].astype(str) == "complete"
+    return frame[mask]
+
+
+def _median(frame: pd.DataFrame, column: str) -> tuple[float | None, int]:
+    if frame is None or column not in frame.columns:
+        return None, 0
+    values = pd.to_numeric(frame[column], errors="coerce").dropna()
+    if not len(values):
+        return None, 0
+    return float(values.median()), int(len(values))
+
+
+def _where(scope: Scope, batch: int | None = None) -> str:
+    return replace(scope, batch=batch if batch is not None else scope.batch).describe()
+
+
+def _no_runs(scope: Scope, batch: int | None = None) -> Measured:
+    return Measured(None, "", f"no complete run at {_where(scope, batch)}")
+
+
+def _no_trace(tables: DerivedTables, scope: Scope, batch: int | None = None) -> Measured:
+    sel = _select(tables.trace_runs, scope, batch)
+    if sel is not None and len(sel):
+        return Measured(None, "", f"no usable trace rows at {_where(scope, batch)}")
+    if scope.profiler in (None, "none"):
+        return Measured(None, "", f"no kernel trace for backend {scope.backend} (profiler: none)")
+    return Measured(None, "", f"no kernel trace at {_where(scope, batch)}")
+
+
+def _step_of(tables: DerivedTables, scope: Scope, batch: int) -> tuple[float | None, int]:
+    return _median(_select(tables.runs, scope, batch), "decode_step_ms")
+
+
+def _trace_row(tables: DerivedTables, scope: Scope, batch: int | None = None) -> dict[str, float | None] | None:
+    """Medians over repeats of the trace_runs columns at the scope, or None."""
+    sel = _select(tables.trace_runs, scope, batch)
+    if sel is None or not len(sel):
+        return None
+    out = {}
+    for col in ("window_ms", "busy_ms", "gap_ms", "steps", "busy_ms_per_step", "gap_ms_per_step", "dispatches"):
+        out[col] = _median(sel, col)[0]
+    out["n"] = len(sel)
+    return out
+
+
+def _class_sum(tables: DerivedTables, scope: Scope, batch: int | None = None) -> dict[str, float] | None:
+    """Per-repeat sums over `scope.classes` of time_ms, count and ms_per_step, then medians."""
+    runs = _select(tables.trace_runs, scope, batch)
+    if runs is None or not len(runs):
+        return None
+    cls = _select(tables.classes, scope, batch)
+    wanted = set(scope.classes)
+    sums = []
+    for _, run in runs.iterrows():
+        rows = cls[(cls["arm"].astype(str) == str(run["arm"])) & (cls["backend"].astype(str) == str(run["backend"]))
+                   & (cls["batch"].astype(str) == str(run["batch"])) & (cls["context"].astype(str) == str(run["context"]))
+                   & (cls["repeat"].astype(str) == str(run["repeat"]))] if len(cls) else cls
+        mine = rows[rows["kernel_class"].astype(str).isin(wanted)] if len(rows) else rows
+        time_ms = float(pd.to_numeric(mine["time_ms"], errors="coerce").fillna(0).sum()) if len(mine) else 0.0
+        count = float(pd.to_numeric(mine["count"], errors="coerce").fillna(0).sum()) if len(mine) else 0.0
+        steps = _num(run.get("steps"))
+        sums.append({"time_ms": time_ms, "count": count, "window_ms": _num(run.get("window_ms")),
+                     "ms_per_step": time_ms / steps if steps else None, "steps": steps})
+    frame = pd.DataFrame(sums)
+    return {col: _median(frame, col)[0] for col in frame.columns}
+
+
+def _classes_label(scope: Scope) -> str:
+    return "+".join(scope.classes) or "(no class named)"
+
+
+def _pct(x: float) -> str:
+    return f"{100 * x:.1f}%"
+
+
+# ----------------------------------------------------------------------------------- measurements
+
+
+@measurement("step_ratio", unit="ratio")
+def step_ratio(tables: DerivedTables, scope: Scope) -> Measured:
+    """Decode step ms at batch B over batch 1 (same arm, backend, context)."""
+    batch = scope.batch
+    step_b, n_b = _step_of(tables, scope, batch)
+    step_1, n_1 = _step_of(tables, scope, 1)
+    if step_b is None:
+        return _no_runs(scope, batch)
+    if step_1 is None:
+        return _no_runs(scope, 1)
+    value = step_b / step_1
+    return Measured(value, f"decode step {step_b:.1f} ms at batch {batch} over {step_1:.1f} ms at batch 1 "
+                           f"(medians of {n_b} and {n_1}): {value:.2f}x")
+
+
+@measurement("step_scaling", unit="ratio")
+def step_scaling(tables: DerivedTables, scope: Scope) -> Measured:
+    """Step ratio batch B over batch 1, divided by B (1.0 = the step grows like the batch)."""
+    base = step_ratio(tables, scope)
+    if base.value is None or not scope.batch:
+        return base
+    value = base.value / scope.batch
+    return Measured(value, f"{base.text} for a {scope.batch}x batch ({value:.2f} of linear)")
+
+
+@measurement("own_step_share", unit="fraction")
+def own_step_share(tables: DerivedTables, scope: Scope) -> Measured:
+    """Share of the decode window that the request's own decode steps explain (median over requests)."""
+    sel = _select(tables.runs, scope)
+    own, n = _median(sel, "own_step_share")
+    if own is None:
+        return Measured(None, "", f"no own-step share at {_where(scope)} (no complete run or no steady step)")
+    prefill, _ = _median(sel, "prefill_share")
+    other, _ = _median(sel, "other_share")
+    rest = ", ".join(f"{name} {_pct(v)}" for name, v in (("prefill", prefill), ("other", other)) if v is not None)
+    return Measured(own, f"own decode steps explain {_pct(own)} of the decode window"
+                         + (f" ({rest})" if rest else "") + f", median of {n}")
+
+
+@measurement("prefill_share", unit="fraction")
+def prefill_share(tables: DerivedTables, scope: Scope) -> Measured:
+    """Share of the decode window covered by other requests' prefill."""
+    value, n = _median(_select(tables.runs, scope), "prefill_share")
+    if value is None:
+        return _no_runs(scope)
+    return Measured(value, f"other requests' prefill covers {_pct(value)} of the decode window, median of {n}")
+
+
+@measurement("gap_share", unit="fraction")
+def gap_share(tables: DerivedTables, scope: Scope) -> Measured:
+    """Host gaps (window minus GPU busy) as a share of the step, from the trace."""
+    row = _trace_row(tables, scope)
+    if row is None or not row["window_ms"]:
+        return _no_trace(tables, scope)
+    value = row["gap_ms"] / row["window_ms"]
+    if row["steps"]:
+        step = row["window_ms"] / row["steps"]
+        return Measured(value, f"host gaps {row['gap_ms'] / row['steps']:.1f} of {step:.1f} ms per step ({_pct(value)})")
+    return Measured(value, f"host gaps {row['gap_ms']:.1f} of {row['window_ms']:.1f} ms in the window ({_pct(value)})")
+
+
+@measurement("gap_ms_per_step", unit="ms")
+def gap_ms_per_step(tables: DerivedTables, scope: Scope) -> Measured:
+    """Host gap ms per decode step, from the trace."""
+    row = _trace_row(tables, scope)
+    if row is None:
+        return _no_trace(tables, scope)
+    if row["gap_ms_per_step"] is None:
+        return Measured(None, "", f"no step count for the trace at {_where(scope)}")
+    return Measured(row["gap_ms_per_step"], f"host gaps {row['gap_ms_per_step']:.2f} ms per step")
+
+
+@measurement("gap_scaling", unit="ratio")
+def gap_scaling(tables: DerivedTables, scope: Scope) -> Measured:
+    """Gap ms per step at batch B over batch 1 (how host work scales with the batch)."""
+    row_b, row_1 = _trace_row(tables, scope), _trace_row(tables, scope, 1)
+    if row_b is None or row_b["gap_ms_per_step"] is None:
+        return _no_trace(tables, scope)
+    if row_1 is None or row_1["gap_ms_per_step"] is None:
+        return _no_trace(tables, scope, 1)
+    value = row_b["gap_ms_per_step"] / row_1["gap_ms_per_step"]
+    return Measured(value, f"host gaps {row_b['gap_ms_per_step']:.2f} ms per step at batch {scope.batch} over "
+                           f"{row_1['gap_ms_per_step']:.2f} at batch 1: {value:.2f}x")
+
+
+@measurement("class_share", unit="fraction")
+def class_share(tables: DerivedTables, scope: Scope) -> Measured:
+    """Time of the named kernel classes as a share of the trace window."""
+    sums = _class_sum(tables, scope)
+    if sums is None or not sums.get("window_ms"):
+        return _no_trace(tables, scope)
+    value = sums["time_ms"] / sums["window_ms"]
+    return Measured(value, f"{_classes_label(scope)} {sums['time_ms']:.1f} of {sums['window_ms']:.1f} ms "
+                           f"in the window ({_pct(value)}, {sums['count']:.0f} dispatches)")
+
+
+@measurement("class_ms_per_step", unit="ms")
+def class_ms_per_step(tables: DerivedTables, scope: Scope) -> Measured:
+    """Time of the named kernel classes per decode step."""
+    sums = _class_sum(tables, scope)
+    if sums is None:
+        return _no_trace(tables, scope)
+    if sums.get("ms_per_step") is None:
+        return Measured(None, "", f"no step count for the trace at {_where(scope)}")
+    return Measured(sums["ms_per_step"], f"{_classes_label(scope)} {sums['ms_per_step']:.2f} ms per step")
+
+
+@measurement("class_scaling", unit="ratio")
+def class_scaling(tables: DerivedTables, scope: Scope) -> Measured:
+    """Class ms per step at batch B over batch 1, divided by B (1.0 = grows like the batch)."""
+    b = scope.batch
+    sums_b, sums_1 = _class_sum(tables, scope), _class_sum(tables, scope, 1)
+    if sums_b is None:
+        return _no_trace(tables, scope)
+    if sums_1 is None:
+        return _no_trace(tables, scope, 1)
+    if not sums_b.get("ms_per_step") or not sums_1.get("ms_per_step") or not b:
+        return Measured(None, "", f"no {_classes_label(scope)} time per step at batch {b} and batch 1")
+    ratio = sums_b["ms_per_step"] / sums_1["ms_per_step"]
+    value = ratio / b
+    return Measured(value, f"{_classes_label(scope)} {sums_b['ms_per_step']:.1f} ms per step at batch {b} over "
+                           f"{sums_1['ms_per_step']:.1f} at batch 1: {ratio:.2f}x for a {b}x batch "
+                           f"({value:.2f} of linear)")
+
+
+@measurement("class_dispatches", unit="count")
+def class_dispatches(tables: DerivedTables, scope: Scope) -> Measured:
+    """Dispatch count of the named kernel classes in the window (and per step)."""
+    sums = _class_sum(tables, scope)
+    if sums is None:
+        return _no_trace(tables, scope)
+    per_step = f" ({sums['count'] / sums['steps']:.1f} per step)" if sums.get("steps") else ""
+    return Measured(sums["count"], f"{_classes_label(scope)} {sums['count']:.0f} dispatches{per_step}")
+
+
+def floor_ms(weight_bytes: float, kv_bytes_per_token: float, context: int, batch: int, bandwidth_gbs: float) -> float:
+    """Decode-step floor: (weights + KV bytes per token x context x batch) / bandwidth, in ms."""
+    return (weight_bytes + kv_bytes_per_token * context * batch) / (bandwidth_gbs * 1e9) * 1e3
+
+
+@measurement("step_over_floor", unit="ratio")
+def step_over_floor(tables: DerivedTables, scope: Scope) -> Measured:
+    """Decode step ms over the memory-bandwidth floor of the step."""
+    missing = [name for name, v in (("model weight_bytes", scope.weight_bytes),
+                                    ("model kv_bytes_per_token", scope.kv_bytes_per_token),
+                                    (f"peak_bandwidth_gbs of backend {scope.backend}", scope.peak_bandwidth_gbs))
+               if v is None]
+    if missing:
+        return Measured(None, "", f"no floor: the campaign gives no {', '.join(missing)}")
+    step, n = _step_of(tables, scope, scope.batch)
+    if step is None:
+        return _no_runs(scope)
+    floor = floor_ms(scope.weight_bytes, scope.kv_bytes_per_token, scope.context or 0, scope.batch or 1,
+                     scope.peak_bandwidth_gbs)
+    value = step / floor
+    return Measured(value, f"decode step {step:.2f} ms over a floor of {floor:.3f} ms "
+                           f"({scope.peak_bandwidth_gbs:g} GB/s): {value:.1f}x")
+
+
+def _higher_is_better(column: str) -> bool:
+    return column.endswith("tok_s") or column.endswith("share") and column.startswith("own")
+
+
+@measurement("change_pct", unit="pct")
+def change_pct(tables: DerivedTables, scope: Scope) -> Measured:
+    """Change of a runs.csv column (default decode_step_ms) from the baseline arm to the arm, in %."""
+    column = scope.column or "decode_step_ms"
+    if not scope.baseline or not scope.arm:
+        return Measured(None, "", "no two arms to compare (campaign has one arm)")
+    before, n_b = _median(_select(tables.runs, scope, arm=scope.baseline), column)
+    after, n_a = _median(_select(tables.runs, scope, arm=scope.arm), column)
+    if before is None:
+        return _no_runs(replace(scope, arm=scope.baseline))
+    if after is None:
+        return _no_runs(scope)
+    if before == 0:
+        return Measured(None, "", f"{column} is 0 in arm {scope.baseline}")
+    value = 100.0 * (after - before) / before
+    unit = " ms" if column.endswith("_ms") else (" tok/s" if column.endswith("tok_s") else "")
+    return Measured(value, f"{column} {before:.2f}{unit} ({scope.baseline}) to {after:.2f}{unit} ({scope.arm}), "
+                           f"medians of {n_b} and {n_a}: {value:+.1f}%")
+
+
+# ----------------------------------------------------------------------------------- thresholds
+
+_OPS = {"<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge}
+_THRESHOLD_RE = re.compile(r"^\s*(<=|>=|<|>)\s*([-+]?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?)\s*(%?)\s*$")
+
+
+@dataclass(frozen=True)
+class Threshold:
+    op: str
+    number: float
+    percent: bool
+    text: str
+
+    def value(self, unit: str) -> float:
+        """The threshold in the measurement's unit: '15%' of a fraction is 0.15."""
+        return self.number / 100.0 if self.percent and unit == "fraction" else self.number
+
+    def holds(self, value: float, unit: str) -> bool:
+        return _OPS[self.op](value, self.value(unit))
+
+
+def parse_threshold(text: str) -> Threshold:
+    """'>= 0.75', '< 15%', '<= -10' → Threshold; anything else raises ValueError."""
+    match = _THRESHOLD_RE.match(str(text or ""))
+    if not match:
+        raise ValueError(f"expected a threshold like '>= 0.75' or '< 15%', found {text!r}")
+    op, number, pct = match.groups()
+    return Threshold(op, float(number), bool(pct), f"{op} {number}{pct}")
+
+
+# ----------------------------------------------------------------------------------- evaluation
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """One candidate at one scope: outcome, value, the sentence and the threshold that decided it."""
+
+    candidate: str
+    question: str
+    label: str
+    measure: str
+    scope: str
+    outcome: str
+    value: float | None
+    text: str
+    threshold: str
+    why: str = ""
+
+    @property
+    def evidence(self) -> str:
+        """The number and the threshold, e.g. 'host gaps 3.1 of 65.9 ms per step (4.7%): ruled out (< 15%)'."""
+        if self.outcome == NOT_MEASURED:
+            return f"not measured ({self.why})"
+        return f"{self.text}: {self.outcome} ({self.threshold})"
+
+    @property
+    def line(self) -> str:
+        return f"{self.label}: {self.evidence}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"candidate": self.candidate, "label": self.label, "scope": self.scope, "measure": self.measure,
+                "outcome": self.outcome, "value": self.value, "text": self.text, "threshold": self.threshold,
+                "why": self.why, "evidence": self.evidence, "line": self.line}
+
+
+def decide(value: float | None, confirmed: str, ruled_out: str, unit: str) -> tuple[str, str]:
+    """(outcome, threshold text) for a value; confirmed is checked first."""
+    conf, rule = parse_threshold(confirmed), parse_threshold(ruled_out)
+    if value is None:
+        return NOT_MEASURED, ""
+    if conf.holds(value, unit):
+        return CONFIRMED, conf.text
+    if rule.holds(value, unit):
+        return RULED_OUT, rule.text
+    return INCONCLUSIVE, f"ruled out {rule.text}, confirmed {conf.text}"
+
+
+@dataclass(frozen=True)
+class Context:
+    """What a campaign contributes to evaluation: its arms, backends, batches, contexts and facts."""
+
+    arms: tuple[str, ...]
+    backends: tuple[str, ...]
+    batches: tuple[int, ...]
+    contexts: tuple[int, ...]
+    weight_bytes: int | None = None
+    kv_bytes_per_token: int | None = None
+    bandwidth: dict[str, float | None] = field(default_factory=dict)
+    profilers: dict[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, campaign: Campaign) -> Context:
+        return cls(arms=tuple(a.name for a in campaign.arms), backends=tuple(b.name for b in campaign.backends),
+                   batches=tuple(sorted(campaign.batches)), contexts=tuple(sorted(campaign.contexts)),
+                   weight_bytes=campaign.model.weight_bytes, kv_bytes_per_token=campaign.model.kv_bytes_per_token,
+                   bandwidth={b.name: b.peak_bandwidth_gbs for b in campaign.backends},
+                   profilers={b.name: b.profiler.kind for b in campaign.backends})
+
+
+def scopes(candidate: CandidateSpec, ctx: Context) -> list[Scope]:
+    """Every scope a candidate applies to: unspecified arm, backend and context expand; the batch
+    defaults to the campaign's largest (the batch-B window)."""
+    measure = candidate.measure
+    if measure == "change_pct":
+        baseline = candidate.baseline or ctx.arms[0]
+        arms = [candidate.arm] if candidate.arm else [a for a in ctx.arms if a != baseline] or [None]
+    else:
+        baseline = candidate.baseline
+        arms = [candidate.arm] if candidate.arm else list(ctx.arms)
+    backends = [candidate.backend] if candidate.backend else list(ctx.backends)
+    contexts = [candidate.context] if candidate.context else list(ctx.contexts)
+    batch = candidate.batch or (max(ctx.batches) if ctx.batches else None)
+    out = []
+    for arm in arms:
+        for backend in backends:
+            for context in contexts:
+                out.append(Scope(arm=arm, backend=backend, batch=batch, context=context, classes=candidate.classes,
+                                 column=candidate.column, baseline=baseline if measure == "change_pct" else None,
+                                 weight_bytes=ctx.weight_bytes, kv_bytes_per_token=ctx.kv_bytes_per_token,
+                                 peak_bandwidth_gbs=ctx.bandwidth.get(backend), profiler=ctx.profilers.get(backend)))
+    return out
+
+
+def evaluate_candidate(candidate: CandidateSpec, tables: DerivedTables, ctx: Context) -> list[Verdict]:
+    """Verdicts of one candidate, one per scope; a fallback measurement decides where the main
+    one could not be measured."""
+    verdicts = []
+    for scope in scopes(candidate, ctx):
+        verdicts.append(_evaluate_at(candidate, tables, scope))
+    return verdicts
+
+
+def _evaluate_at(candidate: CandidateSpec, tables: DerivedTables, scope: Scope) -> Verdict:
+    label = candidate.label or candidate.id
+    whys = []
+    for spec in (candidate, *candidate.fallback):
+        meas = MEASUREMENTS[spec.measure]
+        here = replace(scope, classes=spec.classes or scope.classes, column=spec.column or scope.column,
+                       batch=spec.batch or scope.batch, context=spec.context or scope.context)
+        result = meas.func(tables, here)
+        if result.value is None:
+            whys.append(result.why)
+            continue
+        outcome, threshold = decide(result.value, spec.confirmed, spec.ruled_out, meas.unit)
+        return Verdict(candidate.id, candidate.question, label, spec.measure, scope.describe(), outcome,
+                       result.value, result.text, threshold)
+    return Verdict(candidate.id, candidate.question, label, candidate.measure, scope.describe(), NOT_MEASURED,
+                   None, "", "", "; ".join(dict.fromkeys(w for w in whys if w)))
+
+
+def evaluate(candidates: Any, tables: DerivedTables, ctx: Context) -> list[Verdict]:
+    """Verdicts of all candidates, in the campaign's order."""
+    out: list[Verdict] = []
+    for cand in candidates:
+        out.extend(evaluate_candidate(cand, tables, ctx))
+    return out
+
+
+def verdict_table(verdicts: list[Verdict]) -> pd.DataFrame:
+    """One row per verdict: candidate, scope, outcome, the measurement sentence, the threshold."""
+    cols = ["candidate", "label", "scope", "measure", "outcome", "value", "text", "threshold", "why", "evidence", "line"]
+    return pd.DataFrame([v.to_dict() for v in verdicts], columns=cols)
+
+
+# ----------------------------------------------------------------------------------- the gate
+
+
+@dataclass(frozen=True)
+class GateResult:
+    gate: str
+    passed: bool | None
+    change_pct: float | None
+    text: str
+
+    @property
+    def line(self) -> str:
+        state = {True: "pass", False: "FAIL", None: "not measured"}[self.passed]
+        return f"{self.gate}: {self.text}: {state}"
+
+
+def evaluate_gate(gate: GateSpec, tables: DerivedTables, ctx: Context) -> list[GateResult]:
+    """Regression gate per backend (and context): the arm's change against the baseline arm must
+    not be worse than `max_regression_pct` (worse = lower tok/s, higher ms)."""
+    baseline = gate.baseline or ctx.arms[0]
+    arm = gate.arm or (ctx.arms[-1] if len(ctx.arms) > 1 else None)
+    name = f"{gate.measure} at batch {gate.batch}, regression at most {gate.max_regression_pct:g}%"
+    contexts = [gate.context] if gate.context else list(ctx.contexts)
+    results = []
+    for backend in ctx.backends:
+        for context in contexts:
+            scope = Scope(arm=arm, backend=backend, batch=gate.batch, context=context, column=gate.measure,
+                          baseline=baseline)
+            measured = change_pct(tables, scope)
+            where = f"{name} ({backend}, context {context})"
+            if measured.value is None:
+                results.append(GateResult(where, None, None, f"not measured ({measured.why})"))
+                continue
+            regression = -measured.value if _higher_is_better(gate.measure) else measured.value
+            results.append(GateResult(where, regression <= gate.max_regression_pct, measured.value,
+                                      f"{measured.text}, regression {regression:.1f}%"))
+    return results
