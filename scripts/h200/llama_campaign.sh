@@ -1,0 +1,104 @@
+#!/usr/bin/env bash
+# The H200 llama.cpp campaign (campaigns/cuda-h200.yaml), run on the GPU machine via the device tool.
+#
+#   bash scripts/h200/llama_campaign.sh WORK            # does everything; resumable
+#
+# Steps (each leaves WORK/<step>.done and is skipped on a rerun while WORK survives):
+#   build   llama-server with CUDA (sm_90) from the trimmed pinned source in .carry/llama.cpp
+#   model   a Llama-3.1-8B-shaped Q4_0 GGUF with random weights and the real Llama-3 vocab
+#   cupti   the CUDA sample cupti_trace_injection, built with nvcc as in GPU.md
+#   arm <name> <flash-attn>   start llama-server (untraced), perflib sweep b1,4,8 x 1K,16K x3
+#   traced  the "after" configuration again under CUPTI injection, one repeat, cut to level windows
+# Results land in WORK/raw/cuda-h200/<arm>/llamacpp-cuda/b<B>_c<C>_r<R>/ (perflib run folders).
+set -u
+WORK=${1:-/tmp/h200}
+mkdir -p "$WORK"
+REPO=$(pwd)
+export PYTHONUNBUFFERED=1 PYTHONPATH="$REPO:$REPO/.carry/llama.cpp/gguf-py"
+C=/usr/local/cuda
+export LD_LIBRARY_PATH="$C/lib64:$C/extras/CUPTI/lib64:${LD_LIBRARY_PATH:-}"
+PORT=18080
+BATCH=${BATCH:-1,4,8}
+CONTEXT=${CONTEXT:-1024,16384}
+REPEATS=${REPEATS:-3}
+DECODE=${DECODE:-128}
+MAXB=8; MAXC=16384
+CTX=$(( MAXB * (MAXC + DECODE + 256) ))
+log() { echo "[$(date +%T)] $*"; }
+step() { local name=$1; shift; [ -f "$WORK/$name.done" ] && { log "skip $name"; return 0; }
+         log "start $name"; if "$@"; then touch "$WORK/$name.done"; log "done $name"; else log "FAILED $name"; return 1; fi; }
+
+build() {
+  cmake -S .carry/llama.cpp -B "$WORK/lb" -G Ninja -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 -DGGML_NATIVE=OFF \
+    -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_APP=OFF \
+    -DLLAMA_USE_PREBUILT_UI=OFF > "$WORK/build.log" 2>&1 &&
+  cmake --build "$WORK/lb" --target llama-server -j 16 >> "$WORK/build.log" 2>&1
+}
+model() {
+  PERFLIB_CACHE="$WORK/cache" PERFLIB_VOCAB_GGUF="$REPO/.carry/llama.cpp/models/ggml-vocab-llama-bpe.gguf" \
+    python3 -c "from perflib import server; print(server.ensure_test_model(quant='q4_0', **server.LLAMA31_8B))" \
+    > "$WORK/model.path"
+}
+cupti() {
+  local S=$C/extras/CUPTI/samples
+  nvcc -Xcompiler -fPIC -I$C/include -I$C/extras/CUPTI/include -I$S/common -shared \
+    -o "$WORK/libcupti_trace_injection.so" $S/cupti_trace_injection/cupti_trace_injection.cpp \
+    -L$C/lib64 -lcuda -L$C/extras/CUPTI/lib64 -lcupti > "$WORK/cupti_build.log" 2>&1
+}
+bandwidth() { python3 scripts/h200/bandwidth.py --json "$WORK/bandwidth.json" > "$WORK/bandwidth.log" 2>&1; }
+
+start_server() {  # $1 log, $2 flash-attn on|off, $3 inject (0/1), $4 extra env (optional)
+  local env=(PERFLIB_NOTHING=1)
+  [ "$3" = 1 ] && env+=(CUDA_INJECTION64_PATH="$WORK/libcupti_trace_injection.so")
+  [ -n "${4:-}" ] && env+=("$4")
+  env "${env[@]}" "$WORK/lb/bin/llama-server" -m "$(cat "$WORK/model.path")" -ngl 99 --host 127.0.0.1 --port $PORT \
+    --parallel $MAXB --ctx-size $CTX --metrics --flash-attn "$2" > "$1" 2>&1 &
+  SERVER=$!
+  for _ in $(seq 1 240); do
+    curl -sf "http://127.0.0.1:$PORT/health" > /dev/null 2>&1 && return 0
+    kill -0 $SERVER 2>/dev/null || { tail -20 "$1"; return 1; }
+    sleep 0.5
+  done
+  return 1
+}
+stop_server() { kill $SERVER 2>/dev/null; wait $SERVER 2>/dev/null; }
+
+arm() {  # $1 arm name, $2 flash-attn on|off
+  local out="$WORK/raw/cuda-h200/$1/llamacpp-cuda"
+  start_server "$WORK/$1.server.log" "$2" 0 || return 1
+  python3 -m perflib sweep --base-url "http://127.0.0.1:$PORT" --batch "$BATCH" --context "$CONTEXT" \
+    --decode-tokens "$DECODE" --repeats "$REPEATS" --out "$out" > "$WORK/$1.sweep.log" 2>&1
+  local rc=$?
+  stop_server
+  cp "$WORK/$1.server.log" "$out/server.log"
+  return $rc
+}
+
+traced() {  # the "after" arm's configuration under CUPTI, one repeat, cut to the level windows
+  # $1: extra env, e.g. GGML_CUDA_DISABLE_GRAPHS=1 when CUPTI loses graph-launched kernels
+  local out="$WORK/raw/cuda-h200/after-cupti/llamacpp-cuda"
+  rm -rf "$out"
+  start_server "$WORK/traced.server.log" on 1 "${1:-}" || return 1
+  python3 -m perflib sweep --base-url "http://127.0.0.1:$PORT" --batch "$BATCH" --context "$CONTEXT" \
+    --decode-tokens "$DECODE" --repeats 1 --out "$out" > "$WORK/traced.sweep.log" 2>&1
+  local rc=$?
+  stop_server
+  python3 scripts/h200/cut_run_traces.py --cupti "$WORK/traced.server.log" "$out" > "$WORK/cut.log" 2>&1 || rc=1
+  grep -v -E '^(CONCURRENT_KERNEL|KERNEL|RUNTIME|DRIVER|MEMCPY|MEMSET|OVERHEAD|MEMORY2|	|  )' \
+    "$WORK/traced.server.log" | head -400 > "$out/server.log"
+  return $rc
+}
+
+log "work in $WORK; ctx-size $CTX"
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader > "$WORK/gpu.txt"
+step build build & BUILD=$!
+step model model
+step cupti cupti
+wait $BUILD
+step bandwidth bandwidth
+[ -f "$WORK/build.done" ] || { log "no llama-server; stop"; exit 1; }
+step arm-before arm before off
+step arm-after arm after on
+step traced traced || { log "traced run failed; again with CUDA graphs off"; echo "GGML_CUDA_DISABLE_GRAPHS=1" > "$WORK/traced.env";
+  step traced traced GGML_CUDA_DISABLE_GRAPHS=1; }
+log "all steps finished"
