@@ -196,3 +196,34 @@ def test_cupti_real_h200_capture() -> None:
     assert len(trace.api) == api
     assert not trace.dispatches["kernel"].str.startswith("_Z").any()  # all demangled
     assert trace.meta["overhead_records"] == sum(line.startswith("OVERHEAD ") for line in lines)
+
+
+def test_cupti_record_garbled_by_interleaved_server_output_is_skipped_and_counted(tmp_path):
+    """The H200 campaign lost a trace this way: llama-server's stdout landed inside a record line."""
+    from perflib.traces.cupti_text import read_cupti_text
+
+    good = [
+        'CONCURRENT_KERNEL [ 1000, 2000 ] duration 1000, "k_a", correlationId 1',
+        "\tdeviceId 0, contextId 1, streamId 7",
+        'CONCURRENT_KERNEL [ 3000, 4500 ] duration 1500, "k_b", correlationId 2',
+        "\tdeviceId 0, contextId 1, streamId 7",
+    ] * 30
+    garbled = 'CONCURRENT_KERNEL [ 17959510.05.968.012 097926961803, 1795951097926965963 ] duration 4160, "k_c"'
+    path = tmp_path / "server.log"
+    path.write_text("\n".join(good[:4] + [garbled] + good[4:]) + "\n")
+    trace = read_cupti_text(path)
+    assert len(trace.dispatches) == 60
+    assert trace.meta["malformed_record_lines"] == 1
+    assert trace.meta["malformed_record_line_numbers"] == [5]
+
+
+def test_cupti_file_mostly_garbled_is_refused(tmp_path):
+    from perflib.errors import InputError
+    from perflib.traces.cupti_text import read_cupti_text
+
+    lines = ['CONCURRENT_KERNEL [ 1000, 2000 ] duration 1000, "k_a", correlationId 1'] + [
+        "CONCURRENT_KERNEL [ 12x, 3 ] nonsense"] * 20
+    path = tmp_path / "bad.log"
+    path.write_text("\n".join(lines) + "\n")
+    with pytest.raises(InputError, match="garbled"):
+        read_cupti_text(path)
