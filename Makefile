@@ -23,8 +23,11 @@ lint: install
 	$(VENV)/bin/ruff check perflib tests benchmarks scripts
 
 # All tests: lint, unit, integration against a real llama-server (built on first use), nbval.
+# nbval runs apart: executed notebooks kept beside raw data under tests/data must not be collected.
+NBVAL_NOTEBOOKS ?= notebooks/analyze.ipynb notebooks/report.ipynb
 test: install lint
 	$(PY) -m pytest $(PYTEST_ARGS)
+	$(PY) -m pytest --nbval-lax -p no:cacheprovider $(NBVAL_NOTEBOOKS)
 
 clean-derived:
 	rm -rf data/derived/*
