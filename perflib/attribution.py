@@ -106,6 +106,18 @@ def window_from_marker(markers: pd.DataFrame | None, name: str, index: int | Non
 _CLOCK_KEYS = {"monotonic": "monotonic_ns", "boottime": "boottime_ns", "realtime": "realtime_ns"}
 
 
+def window_from_step_markers(markers: pd.DataFrame | None, pattern: str = DEFAULT_STEP_MARKER) -> Window:
+    """The decode window of a trace-only capture: first start to last end of the step markers
+    (`ProfilerStep#N` on the host and the GPU stream), so set-up and export fall outside it."""
+    if markers is None or len(markers) == 0:
+        raise PerflibError(f"no step markers /{pattern}/: the trace has no markers (annotations, NVTX, roctx)")
+    hits = markers[markers["name"].astype(str).str.contains(pattern, regex=True)]
+    if not len(hits):
+        known = sorted(set(markers["name"].astype(str)))[:10]
+        raise PerflibError(f"no step marker matches /{pattern}/ among {len(markers)} markers; some names: {known}")
+    return Window(int(hits["start_ns"].min()), int(hits["end_ns"].max()), f"step markers /{pattern}/")
+
+
 def window_from_clocks(trace: Any, clocks: Mapping[str, Mapping[str, int]], label: str = "level") -> Window:
     """Window of a sweep level from its manifest `clocks` (`{"start": now_clocks(), "end": now_clocks()}`).
 

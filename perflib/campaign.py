@@ -30,7 +30,9 @@ from perflib.errors import InputError, PerflibError
 
 PROFILER_KINDS = ("none", "rocprofv3", "kineto", "cupti", "nsys")
 DIALECTS = ("auto", "llamacpp", "mlxcel", "vllm", "sglang")  # perflib.metrics dialects
-START_KINDS = ("llama-server-local",)
+START_KINDS = ("llama-server-local", "none")  # none: a trace-only backend (committed profiler captures, no server)
+ARM_ROLES = ("compare", "traced")  # traced: the same configuration again under a profiler
+WINDOWS = ("level", "steps")  # level: the manifest clocks; steps: the span of the step markers
 RUN_DIR_RE = re.compile(r"^b(\d+)_c(\d+)_r(\d+)$")
 NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
 GUARD_EXIT = 75  # every attempt contended, as the seed's rocm_gpu_guard.sh
@@ -57,6 +59,7 @@ class ProfilerSpec:
 
     kind: str = "none"
     output: str | None = None
+    window: str = "level"
 
 
 @dataclass(frozen=True)
@@ -75,6 +78,11 @@ class BackendSpec:
     extra_args: tuple[str, ...] = ()
     env: dict[str, str] = field(default_factory=dict)
 
+    @property
+    def trace_only(self) -> bool:
+        """True for `start: none` with no URL: runs are committed profiler captures, no server."""
+        return self.start == "none" and not self.url
+
 
 @dataclass(frozen=True)
 class ArmSpec:
@@ -86,6 +94,35 @@ class ArmSpec:
     extra_args: tuple[str, ...] = ()
     env: dict[str, str] = field(default_factory=dict)
     description: str = ""
+    role: str = "compare"
+    of: str | None = None
+    trace_note: str | None = None
+
+
+@dataclass(frozen=True)
+class ReferenceSpec:
+    """Another campaign whose derived runs stand beside this one's in the cross-backend ratio table."""
+
+    campaign: Path
+    backend: str | None = None
+    label: str = ""
+
+
+@dataclass(frozen=True)
+class EnvironmentFile:
+    """A JSON file (capture record, trace manifest) whose scalar facts the page's environment lists."""
+
+    file: str
+    keys: tuple[str, ...] = ()
+    label: str = ""
+
+
+@dataclass(frozen=True)
+class PageNote:
+    """A sentence for the page's notes, with an optional link (a path relative to the campaign file)."""
+
+    text: str
+    link: str | None = None
 
 
 @dataclass(frozen=True)
@@ -141,6 +178,15 @@ class Campaign:
     reports_dir: Path = Path("reports")
     description: str = ""
     other_backends: tuple[str, ...] = ("rocm", "metal")
+    other_backends_note: str = ""
+    compare_with: tuple[ReferenceSpec, ...] = ()
+    environment_files: tuple[EnvironmentFile, ...] = ()
+    notes: tuple[PageNote, ...] = ()
+
+    @property
+    def compared_arms(self) -> tuple[ArmSpec, ...]:
+        """The arms of the before/after comparison (traced arms left out); the first is the baseline."""
+        return tuple(a for a in self.arms if a.role == "compare") or self.arms
 
     def backend(self, name: str) -> BackendSpec:
         for spec in self.backends:
@@ -153,6 +199,11 @@ class Campaign:
             if spec.name == name:
                 return spec
         raise PerflibError(f"{self.path}: no arm named {name!r} (have {[a.name for a in self.arms]})")
+
+    def resolve(self, text: str) -> Path:
+        """A path from the campaign file: `{data_dir}` filled in, relative paths against the file's folder."""
+        path = Path(text.format(data_dir=self.data_dir))
+        return path if path.is_absolute() else (self.path.parent / path).resolve()
 
     def raw_dir(self, data_dir: Path | None = None) -> Path:
         return Path(data_dir or self.data_dir) / "raw" / self.name
@@ -182,7 +233,7 @@ def _k(*types: type, required: bool = False, choices: Sequence[str] = (), sub: d
 _NUM = (int, float)
 _MODEL = {"name": _k(str, required=True), "weight_bytes": _k(int), "kv_bytes_per_token": _k(int),
           "path": _k(str), "random": _k(dict)}
-_PROFILER = {"kind": _k(str, choices=PROFILER_KINDS), "output": _k(str)}
+_PROFILER = {"kind": _k(str, choices=PROFILER_KINDS), "output": _k(str), "window": _k(str, choices=WINDOWS)}
 _BACKEND = {
     "name": _k(str, required=True), "url": _k(str), "start": _k(str, choices=START_KINDS),
     "dialect": _k(str, choices=DIALECTS), "profiler": _k(dict, sub=_PROFILER),
@@ -190,7 +241,11 @@ _BACKEND = {
     "extra_args": _k(list, items=(str,)), "env": _k(dict),
 }
 _ARM = {"name": _k(str, required=True), "binary": _k(str), "url": _k(str), "extra_args": _k(list, items=(str,)),
-        "env": _k(dict), "description": _k(str)}
+        "env": _k(dict), "description": _k(str), "role": _k(str, choices=ARM_ROLES), "of": _k(str),
+        "trace_note": _k(str)}
+_REFERENCE = {"campaign": _k(str, required=True), "backend": _k(str), "label": _k(str)}
+_ENV_FILE = {"file": _k(str, required=True), "keys": _k(list, items=(str,)), "label": _k(str)}
+_NOTE = {"text": _k(str, required=True), "link": _k(str)}
 _GATE = {"measure": _k(str, required=True), "batch": _k(int, required=True),
          "max_regression_pct": _k(*_NUM, required=True), "context": _k(int), "baseline": _k(str), "arm": _k(str)}
 _FALLBACK = {"measure": _k(str, required=True), "confirmed": _k(str), "ruled_out": _k(str),
@@ -209,6 +264,8 @@ _TOP = {
     "repeats": _k(int), "arms": _k(list, sub=_ARM), "gate": _k(dict, list, sub=_GATE),
     "candidates": _k(list, sub=_CANDIDATE), "playbook": _k(str), "see_also": _k(list, items=(str,)),
     "data_dir": _k(str), "reports_dir": _k(str), "other_backends": _k(list, items=(str,)),
+    "other_backends_note": _k(str), "compare_with": _k(list, sub=_REFERENCE),
+    "environment_files": _k(list, sub=_ENV_FILE), "notes": _k(list, sub=_NOTE),
 }
 
 
@@ -392,7 +449,8 @@ def load_campaign(path: str | Path) -> Campaign:
         prof = raw.get("profiler", {})
         backends.append(BackendSpec(
             name=raw["name"], url=raw.get("url"), start=raw.get("start"), dialect=raw.get("dialect", "auto"),
-            profiler=ProfilerSpec(kind=prof.get("kind", "none"), output=prof.get("output")),
+            profiler=ProfilerSpec(kind=prof.get("kind", "none"), output=prof.get("output"),
+                                  window=prof.get("window", "level")),
             peak_bandwidth_gbs=float(raw["peak_bandwidth_gbs"]) if "peak_bandwidth_gbs" in raw else None,
             kernel_classes=raw.get("kernel_classes"), device=raw.get("device"), threads=raw.get("threads"),
             extra_args=tuple(raw.get("extra_args", ())), env={str(k): str(v) for k, v in raw.get("env", {}).items()},
@@ -403,7 +461,13 @@ def load_campaign(path: str | Path) -> Campaign:
     arms = tuple(ArmSpec(name=a["name"], binary=a.get("binary"), url=a.get("url"),
                          extra_args=tuple(a.get("extra_args", ())),
                          env={str(k): str(v) for k, v in a.get("env", {}).items()},
-                         description=a.get("description", "")) for a in doc.get("arms", [])) or (ArmSpec("default"),)
+                         description=a.get("description", ""), role=a.get("role", "compare"), of=a.get("of"),
+                         trace_note=a.get("trace_note")) for a in doc.get("arms", [])) or (ArmSpec("default"),)
+    arm_names = [a.name for a in arms]
+    for i, a in enumerate(arms):
+        if a.of is not None and a.of not in arm_names:
+            raise InputError(path, lines.where(f"arms[{i}].of"), f"the name of another arm ({', '.join(arm_names)})",
+                             repr(a.of))
     gates_raw = doc.get("gate", [])
     gates_raw = [gates_raw] if isinstance(gates_raw, dict) else gates_raw
     for i, g in enumerate(gates_raw):
@@ -438,6 +502,12 @@ def load_campaign(path: str | Path) -> Campaign:
         reports_dir=(base / doc.get("reports_dir", default_reports)).resolve(),
         description=doc.get("description", ""),
         other_backends=tuple(doc.get("other_backends", ("rocm", "metal"))),
+        other_backends_note=doc.get("other_backends_note", ""),
+        compare_with=tuple(ReferenceSpec(campaign=(base / r["campaign"]).resolve(), backend=r.get("backend"),
+                                         label=r.get("label", "")) for r in doc.get("compare_with", [])),
+        environment_files=tuple(EnvironmentFile(file=e["file"], keys=tuple(e.get("keys", ())),
+                                                label=e.get("label", "")) for e in doc.get("environment_files", [])),
+        notes=tuple(PageNote(text=n["text"], link=n.get("link")) for n in doc.get("notes", [])),
     )
 
 
@@ -527,7 +597,7 @@ def mark_incomplete(run_dir: Path, run: RunSpec, error: str) -> None:
 def trace_path(campaign: Campaign, run: RunSpec, data_dir: Path) -> Path | None:
     """Where the profiler's output for `run` is: the manifest's `trace_path`, a `trace/` or
     `trace.json` in the run folder, or the backend's `profiler.output` pattern
-    (`{campaign} {arm} {backend} {batch} {context} {repeat} {run_dir}` are filled in)."""
+    (`{campaign} {arm} {backend} {batch} {context} {repeat} {run_dir} {data_dir}` are filled in)."""
     run_dir = run.run_dir(data_dir)
     manifest = read_manifest(run_dir) or {}
     if manifest.get("trace_path"):
@@ -539,7 +609,7 @@ def trace_path(campaign: Campaign, run: RunSpec, data_dir: Path) -> Path | None:
     spec = campaign.backend(run.backend).profiler
     if spec.kind != "none" and spec.output:
         text = spec.output.format(campaign=run.campaign, arm=run.arm, backend=run.backend, batch=run.batch,
-                                  context=run.context, repeat=run.repeat, run_dir=run_dir)
+                                  context=run.context, repeat=run.repeat, run_dir=run_dir, data_dir=Path(data_dir))
         path = Path(text)
         return path if path.is_absolute() else campaign.path.parent / path
     return None
@@ -806,7 +876,7 @@ def run_campaign(campaign: Campaign, data_dir: Path | None = None, reports_dir: 
         raise PerflibError(f"`perflib campaign run` needs the notebook extras ({exc.name} is missing): "
                            "pip install 'perflib[notebooks]'") from None
     data = Path(data_dir or campaign.data_dir)
-    runs = expand(campaign, only)
+    runs = [r for r in expand(campaign, only) if not campaign.backend(r.backend).trace_only]  # nothing to serve
     todo = [r for r in runs if not is_complete(r.run_dir(data))]
     skipped = [r.label for r in runs if r not in todo]
     kernel = kernel_name or find_kernel()
@@ -939,3 +1009,14 @@ def run_folders(campaign: Campaign, data_dir: Path | None = None) -> list[tuple[
             for run_dir in sorted(runs, key=lambda p: tuple(int(g) for g in RUN_DIR_RE.match(p.name).groups())):
                 found.append((arm_dir.name, backend_dir.name, run_dir))
     return found
+
+
+def trace_only_runs(campaign: Campaign, data_dir: Path | None = None) -> list[tuple[RunSpec, Path | None]]:
+    """(run, its trace file or None where it is missing) for every run of the trace-only backends."""
+    data = Path(data_dir or campaign.data_dir)
+    out = []
+    for run in expand(campaign):
+        if campaign.backend(run.backend).trace_only:
+            path = trace_path(campaign, run, data)
+            out.append((run, path if path is not None and path.exists() else None))
+    return out

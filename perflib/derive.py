@@ -111,7 +111,10 @@ def trace_rows(campaign: Campaign, arm: str, backend: str, run_dir: Path, keys: 
 
     try:
         trace = traces.read_trace(path)
-        window = attribution.window_from_manifest(trace, str(run_dir))
+        if (spec and spec.profiler.window == "steps") or not (run_dir / "manifest.json").is_file():
+            window = attribution.window_from_step_markers(getattr(trace, "markers", None))
+        else:
+            window = attribution.window_from_manifest(trace, str(run_dir))
         table: Any = None
         if spec and spec.kernel_classes:
             file = Path(spec.kernel_classes)
@@ -140,7 +143,7 @@ def build(campaign: Campaign, data_dir: Path | None = None) -> DerivedTables:
     """All derived tables of the campaign from its run folders under `<data>/raw/<campaign>/`."""
     from dataclasses import replace
 
-    from perflib.campaign import read_manifest, run_folders
+    from perflib.campaign import read_manifest, run_folders, trace_only_runs
 
     if data_dir is not None:
         campaign = replace(campaign, data_dir=Path(data_dir))
@@ -160,6 +163,18 @@ def build(campaign: Campaign, data_dir: Path | None = None) -> DerivedTables:
         if tables is None:
             if why and why not in notes:
                 notes.append(why)
+            continue
+        for name, frame in tables.items():
+            parts[name].append(frame)
+    for run, path in trace_only_runs(campaign):  # committed profiler captures: trace tables only
+        if path is None:
+            notes.append(f"{run.label}: no trace file for this trace-only run")
+            continue
+        keys = {"campaign": campaign.name, "arm": run.arm, "backend": run.backend, "batch": run.batch,
+                "context": run.context, "repeat": run.repeat}
+        tables, why = trace_rows(campaign, run.arm, run.backend, run.run_dir(campaign.data_dir), keys, None)
+        if tables is None:
+            notes.append(why or f"{run.label}: no trace")
             continue
         for name, frame in tables.items():
             parts[name].append(frame)

@@ -73,12 +73,26 @@ class CampaignView:
         return report.floor_table(self.tables, self.campaign)
 
     def before_after(self) -> pd.DataFrame:
-        return report.before_after_table(self.tables, [a.name for a in self.campaign.arms])
+        return report.before_after_table(self.tables, [a.name for a in self.campaign.compared_arms])
+
+    def traced_overhead(self) -> pd.DataFrame:
+        """Traced arms against the arm they trace, at batch 1 (the profiler's overhead)."""
+        return report.traced_overhead_table(self.tables, self.campaign)
+
+    def profile(self) -> pd.DataFrame:
+        """Per traced level: steps, step ms, GPU busy and host gap ms per step."""
+        return report.trace_level_table(self.tables)
+
+    def batch_classes(self) -> pd.DataFrame:
+        """Batch 1 to batch B by kernel class (ms per step, ratio, ratio over B)."""
+        return report.batch_class_table(self.tables)
 
     def reference_ratio(self) -> pd.DataFrame:
         return report.ratio_table(self.tables, [b.name for b in self.campaign.backends],
-                                  self.campaign.other_backends, max(self.campaign.batches),
-                                  [a.name for a in self.campaign.arms])
+                                  self.campaign.other_backends, self.campaign.batches,
+                                  [a.name for a in self.campaign.compared_arms],
+                                  references=report.reference_tables(self.campaign),
+                                  other_note=self.campaign.other_backends_note)
 
     def verdict_list(self) -> list[verdict_mod.Verdict]:
         return verdict_mod.evaluate(self.campaign.candidates, self.tables, verdict_mod.Context.of(self.campaign))
@@ -101,7 +115,7 @@ class CampaignView:
         return report.plot_step_over_floor(self.tables, self.campaign)
 
     def plot_before_after(self):
-        return report.plot_before_after(self.tables, [a.name for a in self.campaign.arms])
+        return report.plot_before_after(self.tables, [a.name for a in self.campaign.compared_arms])
 
     def write_derived(self) -> Path:
         derive.write(self.tables, self.campaign.derived_dir())

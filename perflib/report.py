@@ -86,9 +86,16 @@ def level_table(tables: DerivedTables) -> pd.DataFrame:
     levels = _median_levels(runs, cols)
     trace = _median_levels(tables.trace_runs, ["busy_ms_per_step", "gap_ms_per_step", "busy_share", "window_ms",
                                                "dispatches"])
-    trace = trace.drop(columns=["runs"]).rename(columns={"window_ms": "trace_window_ms"})
+    trace = trace.rename(columns={"window_ms": "trace_window_ms", "runs": "traced"})
+    if len(trace) and len(levels):  # traced levels with no request runs (a trace-only backend) stay in
+        for key in ("batch", "context"):
+            trace[key] = trace[key].astype(levels[key].dtype)
+    if len(trace):
+        levels = levels.merge(trace, on=LEVEL_KEYS, how="outer")
+        levels["runs"] = levels["runs"].fillna(levels["traced"]).astype(int)
+        levels = levels.drop(columns=["traced"])
     if len(levels):
-        levels = levels.merge(trace, on=LEVEL_KEYS, how="left") if len(trace) else levels.assign(
+        levels = levels if len(trace) else levels.assign(
             busy_ms_per_step=float("nan"), gap_ms_per_step=float("nan"), busy_share=float("nan"),
             trace_window_ms=float("nan"), dispatches=float("nan"))
         levels["top_classes"] = [top_classes(tables.classes, row) for row in levels.itertuples(index=False)]
@@ -109,35 +116,81 @@ def top_classes(classes: pd.DataFrame, level: Any, n: int = 3) -> str:
     return ", ".join(f"{name} {100 * v:.1f}%" for name, v in share.items())
 
 
-def ratio_table(tables: DerivedTables, backends: Sequence[str], other_backends: Sequence[str],
-                batch: int, arms: Sequence[str]) -> pd.DataFrame:
-    """Cross-backend reference ratio: decode step at batch B over batch 1, per backend and context.
+RATIO_COLUMNS = ["backend", "source", "arm", "context", "batch", "step_1_ms", "step_b_ms", "ratio", "note"]
 
-    Backends named in the campaign come first, then known others; a backend with no runs says why.
-    """
-    levels = level_table(tables)
-    arm = arms[-1] if arms else None
+
+def _ratio_rows(levels: pd.DataFrame, backend: str, arm: str | None, batches: Sequence[int], source: str,
+                why_empty: str) -> list[dict[str, Any]]:
+    sel = levels[(levels["backend"].astype(str) == backend) & (levels["arm"].astype(str) == str(arm))] \
+        if len(levels) else levels
+    if not len(sel):
+        return [{"backend": backend, "source": source, "arm": arm, "context": None, "batch": None, "step_1_ms": None,
+                 "step_b_ms": None, "ratio": None, "note": why_empty}]
     rows = []
-    for backend in list(backends) + [b for b in other_backends if b not in backends]:
-        sel = levels[(levels["backend"].astype(str) == backend) & (levels["arm"].astype(str) == str(arm))] \
-            if len(levels) else levels
-        if not len(sel):
-            why = ("not measured: no complete run in this campaign" if backend in backends
-                   else "not measured: not part of this campaign")
-            rows.append({"backend": backend, "arm": arm, "context": None, "step_1_ms": None, "step_b_ms": None,
-                         "ratio": None, "note": why})
-            continue
-        for context in sorted(sel["context"].unique()):
-            at = sel[sel["context"] == context]
-            one = at[at["batch"] == 1]["decode_step_ms"]
+    for context in sorted(sel["context"].unique()):
+        at = sel[sel["context"] == context]
+        one = at[at["batch"] == 1]["decode_step_ms"]
+        s1 = float(one.iloc[0]) if len(one) else None
+        for batch in batches:
             big = at[at["batch"] == batch]["decode_step_ms"]
-            s1 = float(one.iloc[0]) if len(one) else None
             sb = float(big.iloc[0]) if len(big) else None
             ratio = sb / s1 if s1 and sb and not (math.isnan(s1) or math.isnan(sb)) else None
-            rows.append({"backend": backend, "arm": arm, "context": int(context), "step_1_ms": s1, "step_b_ms": sb,
-                         "ratio": ratio, "note": "" if ratio is not None else f"not measured: no batch 1 and "
-                                                                              f"batch {batch} step"})
-    return pd.DataFrame(rows)
+            note = "" if ratio is not None else (why_empty if why_empty.startswith("not measured: trace-only") else
+                                                 f"not measured: no batch 1 and batch {batch} decode step from counters")
+            rows.append({"backend": backend, "source": source, "arm": arm, "context": int(context), "batch": int(batch),
+                         "step_1_ms": s1, "step_b_ms": sb, "ratio": ratio, "note": note})
+    return rows
+
+
+def ratio_table(tables: DerivedTables, backends: Sequence[str], other_backends: Sequence[str],
+                batch: int | Sequence[int], arms: Sequence[str], source: str = "this campaign",
+                references: Sequence[tuple[str, DerivedTables, str, Sequence[int], str]] = (),
+                other_note: str = "", no_counters: dict[str, str] | None = None) -> pd.DataFrame:
+    """Cross-backend reference ratio: decode step at batch B over batch 1, per backend, context and B.
+
+    Backends named in the campaign come first, then the reference campaigns' rows (label, their tables,
+    backend, batches, arm), then known others; a backend with no runs says why (`other_note` for those
+    that are not part of the campaign).
+    """
+    batches = [batch] if isinstance(batch, int) else [b for b in batch if b != 1]
+    no_counters = no_counters or {}
+    levels = level_table(tables)
+    arm = arms[-1] if arms else None
+    rows: list[dict[str, Any]] = []
+    for backend in backends:
+        why = (f"not measured: trace-only {no_counters[backend]}" if backend in no_counters
+               else "not measured: no complete run in this campaign")
+        rows += _ratio_rows(levels, backend, arm, batches, source, why)
+    named = set(backends)
+    for label, ref_tables, ref_backend, ref_batches, ref_arm in references:
+        rows += _ratio_rows(level_table(ref_tables), ref_backend, ref_arm, [b for b in ref_batches if b != 1], label,
+                            f"not measured: no complete run in {label}")
+        named.add(ref_backend)
+    why = "not measured: " + (other_note or "not part of this campaign")
+    for backend in other_backends:
+        if backend not in named:
+            rows.append({"backend": backend, "source": "", "arm": None, "context": None, "batch": None,
+                         "step_1_ms": None, "step_b_ms": None, "ratio": None, "note": why})
+    return pd.DataFrame(rows, columns=RATIO_COLUMNS)
+
+
+def reference_tables(campaign: Campaign) -> list[tuple[str, DerivedTables, str, Sequence[int], str]]:
+    """The `compare_with` campaigns' derived tables, rebuilt from their own raw data:
+    (label, tables, backend, batches, last compared arm) per reference."""
+    from dataclasses import replace
+
+    from perflib import derive
+    from perflib.campaign import load_campaign
+
+    out = []
+    for ref in campaign.compare_with:
+        other = load_campaign(ref.campaign)
+        if (campaign.data_dir / "raw" / other.name).is_dir():  # a --data override holds the reference's raw data too
+            other = replace(other, data_dir=campaign.data_dir)
+        backend = ref.backend or other.backends[0].name
+        out.append((ref.label or f"campaign {other.name}", derive.build(other), backend, other.batches,
+                    other.compared_arms[-1].name))
+    return out
 
 
 def floor_table(tables: DerivedTables, campaign: Campaign) -> pd.DataFrame:
@@ -186,6 +239,126 @@ def before_after_table(tables: DerivedTables, arms: Sequence[str], columns: Sequ
 
 
 # ------------------------------------------------------------------------------------ figures
+
+
+def traced_overhead_table(tables: DerivedTables, campaign: Campaign, batch: int = 1) -> pd.DataFrame:
+    """Traced arms against the arm whose configuration they trace, at `batch`: decode step and tok/s
+    medians and the % change (the profiler's overhead)."""
+    levels = level_table(tables)
+    rows = []
+    for arm in campaign.arms:
+        if arm.role != "traced" or not arm.of or not len(levels):
+            continue
+        for (backend, context), at in levels[levels["batch"] == batch].groupby(["backend", "context"], sort=True):
+            t, o = at[at["arm"].astype(str) == arm.name], at[at["arm"].astype(str) == arm.of]
+            for col in ("decode_step_ms", "decode_tok_s"):
+                traced = float(t[col].iloc[0]) if len(t) else None
+                plain = float(o[col].iloc[0]) if len(o) else None
+                ok = traced is not None and plain and not (math.isnan(traced) or math.isnan(plain))
+                rows.append({"arm": arm.name, "of": arm.of, "backend": backend, "batch": batch, "context": int(context),
+                             "measure": col, "plain": plain, "traced": traced,
+                             "runs": f"{int(o['runs'].iloc[0]) if len(o) else 0} / {int(t['runs'].iloc[0]) if len(t) else 0}",
+                             "change_pct": 100 * (traced - plain) / plain if ok else None})
+    return pd.DataFrame(rows, columns=["arm", "of", "backend", "batch", "context", "measure", "plain", "traced",
+                                       "runs", "change_pct"])
+
+
+def trace_level_table(tables: DerivedTables) -> pd.DataFrame:
+    """Per traced level: steps, step ms from the trace (window / steps), GPU busy and host gap per step."""
+    tr = tables.trace_runs
+    if tr is None or not len(tr):
+        return pd.DataFrame(columns=[*LEVEL_KEYS, "runs", "steps", "step_ms", "busy_ms_per_step", "gap_ms_per_step",
+                                     "busy_share", "dispatches_per_step", "step_method"])
+    tr = tr.copy()
+    for col in ("window_ms", "steps", "dispatches"):
+        tr[col] = pd.to_numeric(tr[col], errors="coerce")
+    tr["step_ms"] = tr["window_ms"] / tr["steps"]
+    tr["dispatches_per_step"] = tr["dispatches"] / tr["steps"]
+    out = _median_levels(tr, ["steps", "step_ms", "busy_ms_per_step", "gap_ms_per_step", "busy_share",
+                              "dispatches_per_step"])
+    methods = tr.groupby(LEVEL_KEYS, sort=True)["step_method"].first().reset_index()
+    return out.merge(methods, on=LEVEL_KEYS, how="left")
+
+
+def class_level_table(tables: DerivedTables) -> pd.DataFrame:
+    """Per traced level and kernel class: medians over repeats of ms per step, share and dispatches per step."""
+    cls, tr = tables.classes, tables.trace_runs
+    if cls is None or not len(cls):
+        return pd.DataFrame(columns=[*LEVEL_KEYS, "kernel_class", "ms_per_step", "share", "count_per_step"])
+    steps = tr[[*LEVEL_KEYS, "repeat", "steps"]]
+    cls = cls.merge(steps, on=[*LEVEL_KEYS, "repeat"], how="left")
+    cls["count_per_step"] = pd.to_numeric(cls["count"], errors="coerce") / pd.to_numeric(cls["steps"], errors="coerce")
+    for col in ("ms_per_step", "share"):
+        cls[col] = pd.to_numeric(cls[col], errors="coerce")
+    out = cls.groupby([*LEVEL_KEYS, "kernel_class"], sort=True)[["ms_per_step", "share", "count_per_step"]].median()
+    return out.reset_index()
+
+
+def batch_class_table(tables: DerivedTables) -> pd.DataFrame:
+    """Batch 1 to batch B by kernel class: ms per step at each batch, the ratio, and the ratio over B
+    (1.0 = the class time per step grows like the batch; a correct batched GEMM stays far below)."""
+    levels = class_level_table(tables)
+    rows = []
+    if not len(levels):
+        return pd.DataFrame(columns=["arm", "backend", "context", "batch", "kernel_class", "ms_1", "ms_b", "ratio",
+                                     "of_linear"])
+    for (arm, backend, context), at in levels.groupby(["arm", "backend", "context"], sort=True):
+        one = at[at["batch"] == 1].set_index("kernel_class")["ms_per_step"]
+        for batch in sorted(b for b in at["batch"].unique() if b != 1):
+            big = at[at["batch"] == batch].set_index("kernel_class")["ms_per_step"]
+            for name in sorted(set(one.index) | set(big.index), key=lambda n: (-float(big.get(n, 0) or 0), n)):
+                m1, mb = one.get(name), big.get(name)
+                ratio = mb / m1 if m1 and mb is not None and m1 == m1 and mb == mb else None
+                rows.append({"arm": arm, "backend": backend, "context": int(context), "batch": int(batch),
+                             "kernel_class": name, "ms_1": m1, "ms_b": mb, "ratio": ratio,
+                             "of_linear": ratio / batch if ratio is not None else None})
+    return pd.DataFrame(rows)
+
+
+def batch_step_table(tables: DerivedTables) -> pd.DataFrame:
+    """Batch 1 to batch B per step: median and range of step, GPU busy and host gap ms per step
+    (from the steps table, repeat by repeat pooled), per (arm, backend, context, batch)."""
+    st = tables.steps
+    if st is None or not len(st):
+        return pd.DataFrame(columns=[*LEVEL_KEYS, "steps", "step_ms", "step_min_ms", "step_max_ms", "busy_ms",
+                                     "gap_ms", "dispatches"])
+    st = st.copy()
+    st["step_ms"] = (pd.to_numeric(st["end_ns"]) - pd.to_numeric(st["start_ns"])) / 1e6
+    rows = []
+    for key, at in st.groupby(LEVEL_KEYS, sort=True):
+        rows.append({**dict(zip(LEVEL_KEYS, key, strict=True)), "steps": len(at), "step_ms": at["step_ms"].median(),
+                     "step_min_ms": at["step_ms"].min(), "step_max_ms": at["step_ms"].max(),
+                     "busy_ms": pd.to_numeric(at["busy_ms"]).median(), "gap_ms": pd.to_numeric(at["gap_ms"]).median(),
+                     "dispatches": pd.to_numeric(at["dispatches"]).median()})
+    return pd.DataFrame(rows)
+
+
+def gap_level_table(tables: DerivedTables) -> pd.DataFrame:
+    """Per traced level and gap bucket: host-gap ms per step and count per step (medians over repeats)."""
+    from perflib.derive import GAP_ORDER
+
+    gaps, tr = tables.gaps, tables.trace_runs
+    if gaps is None or not len(gaps):
+        return pd.DataFrame(columns=[*LEVEL_KEYS, "bucket", "gap_ms_per_step", "count_per_step"])
+    gaps = gaps.merge(tr[[*LEVEL_KEYS, "repeat", "steps"]], on=[*LEVEL_KEYS, "repeat"], how="left")
+    steps = pd.to_numeric(gaps["steps"], errors="coerce")
+    gaps["gap_ms_per_step"] = pd.to_numeric(gaps["gap_ms"], errors="coerce") / steps
+    gaps["count_per_step"] = pd.to_numeric(gaps["count"], errors="coerce") / steps
+    out = gaps.groupby([*LEVEL_KEYS, "bucket"], sort=False)[["gap_ms_per_step", "count_per_step"]].median().reset_index()
+    out["_o"] = out["bucket"].map({b: i for i, b in enumerate(GAP_ORDER)})
+    return out.sort_values([*LEVEL_KEYS, "_o"], kind="stable").drop(columns="_o").reset_index(drop=True)
+
+
+def absent_counters(tables: DerivedTables) -> list[str]:
+    """Counter columns of runs.csv that no complete run has (the server does not export them)."""
+    runs = tables.runs
+    if runs is None or not len(runs):
+        return []
+    runs = runs[runs["status"].astype(str) == "complete"] if "status" in runs.columns else runs
+    if not len(runs):
+        return []
+    return [c for c in ("prefill_chunks", "mixed_steps", "occupancy", "decode_step_ms")
+            if c not in runs.columns or pd.to_numeric(runs[c], errors="coerce").isna().all()]
 
 
 def _figure(width: float = 6.4, height: float = 3.6):
@@ -296,6 +469,29 @@ def plot_before_after(tables: DerivedTables, arms: Sequence[str]):
     return fig
 
 
+def plot_profile(tables: DerivedTables):
+    """GPU busy and host gap ms per step per traced level (stacked; medians over repeats)."""
+    table = trace_level_table(tables)
+    fig, ax = _figure(max(6.4, 0.6 * len(table) + 2), 3.8)
+    if len(table):
+        multi = table["arm"].nunique() > 1 or table["backend"].nunique() > 1
+        labels = [f"{r.arm}/{r.backend}\nb{r.batch} c{r.context}" if multi else f"b{r.batch} c{r.context}"
+                  for r in table.itertuples(index=False)]
+        busy = [float(v) for v in table["busy_ms_per_step"]]
+        gap = [float(v) for v in table["gap_ms_per_step"]]
+        ax.bar(range(len(table)), busy, label="GPU busy")
+        ax.bar(range(len(table)), gap, bottom=busy, label="host gaps")
+        ax.set_xticks(range(len(table)))
+        ax.set_xticklabels(labels, fontsize=7)
+        ax.legend(fontsize=8)
+    else:
+        ax.text(0.5, 0.5, "no kernel trace", ha="center", va="center", transform=ax.transAxes)
+    ax.set_ylabel("ms per step")
+    ax.set_title("GPU busy vs host gaps per decode step")
+    fig.tight_layout()
+    return fig
+
+
 def save_figure(fig, path: Path) -> Path:
     """PNG with no Software/date metadata, so the bytes depend on the data only."""
     import matplotlib.pyplot as plt
@@ -322,6 +518,53 @@ def page_date(manifests: Sequence[dict]) -> str:
     return dt.datetime.fromtimestamp(max(ends) / 1e9, tz=dt.UTC).strftime("%Y-%m-%d")
 
 
+def trace_date(tables: DerivedTables) -> str | None:
+    """UTC day of the last traced step where the trace clock is the Unix epoch (Kineto, CUPTI realtime);
+    None where there is no step table or its clock is not plausibly epoch-based (2001 to 2100)."""
+    st = tables.steps
+    if st is None or not len(st):
+        return None
+    end = pd.to_numeric(st["end_ns"], errors="coerce").max()
+    if not (end == end) or not (1e18 <= end < 4.1e18):
+        return None
+    return dt.datetime.fromtimestamp(end / 1e9, tz=dt.UTC).strftime("%Y-%m-%d")
+
+
+def _dotted(doc: Any, key: str) -> Any:
+    for part in key.split("."):
+        if not isinstance(doc, dict) or part not in doc:
+            return None
+        doc = doc[part]
+    return doc
+
+
+def _leaves(doc: Any, prefix: str = "") -> list[tuple[str, Any]]:
+    if isinstance(doc, dict):
+        return [kv for k, v in doc.items() for kv in _leaves(v, f"{prefix}.{k}" if prefix else str(k))]
+    return [] if isinstance(doc, list) else [(prefix, doc)]
+
+
+def environment_facts(campaign: Campaign, page_dir: Path) -> list[dict[str, str]]:
+    """Facts from the campaign's `environment_files` (a capture record, a trace manifest): the named
+    dotted keys (or every scalar leaf), each with the file it came from."""
+    import json
+
+    out = []
+    for spec in campaign.environment_files:
+        file = campaign.resolve(spec.file)
+        rel = os.path.relpath(file, page_dir).replace(os.sep, "/")
+        try:
+            doc = json.loads(file.read_text())
+        except (OSError, ValueError) as exc:
+            out.append({"file": rel, "label": spec.label or rel, "key": "", "value": f"unreadable: {exc}"})
+            continue
+        pairs = [(k, _dotted(doc, k)) for k in spec.keys] if spec.keys else _leaves(doc)
+        for key, value in pairs:
+            out.append({"file": rel, "label": spec.label or rel, "key": key,
+                        "value": "n/a (not in the file)" if value is None else str(value)})
+    return out
+
+
 def environment_rows(campaign: Campaign, data_dir: Path) -> list[dict[str, str]]:
     """Per (arm, backend): host/platform, server kind, version, flags, model and tool versions."""
     from perflib.campaign import read_manifest, run_folders
@@ -338,6 +581,10 @@ def environment_rows(campaign: Campaign, data_dir: Path) -> list[dict[str, str]]
         tools = m.get("tools") or {}
         flags = server.get("flags") or []
         flags = " ".join(str(f) for f in flags) if isinstance(flags, list) else str(flags)
+        if not flags and (arm in {a.name for a in campaign.arms} or backend in {b.name for b in campaign.backends}):
+            spec_args = [*(campaign.backend(backend).extra_args if backend in {b.name for b in campaign.backends}
+                           else ()), *(campaign.arm(arm).extra_args if arm in {a.name for a in campaign.arms} else ())]
+            flags = f"{' '.join(spec_args)} (from the campaign file; the run recorded none)" if spec_args else ""
         flags = re.sub(r"(-m|--model) \S*/", r"\1 …/", flags)  # no local paths on the page
         flags = re.sub(r"--port \d+", "--port N", flags)
         tool_text = ", ".join(f"{k} {v}" for k, v in sorted(tools.items()) if k != "platform")
@@ -360,6 +607,19 @@ def raw_links(campaign: Campaign, data_dir: Path, page_dir: Path) -> list[dict[s
         errors = "; ".join(manifest.get("errors") or [])
         links.append({"label": f"{arm}/{backend}/{run_dir.name}", "href": rel + "/",
                       "status": manifest.get("status", "no manifest"), "errors": errors})
+    from perflib.campaign import trace_only_runs
+
+    for run, path in trace_only_runs(campaign, data_dir):
+        if path is None:
+            links.append({"label": f"{run.label}", "href": "", "status": "no trace file", "errors": ""})
+            continue
+        rel = os.path.relpath(path, page_dir).replace(os.sep, "/")
+        links.append({"label": f"{run.label}: {path.name}", "href": rel, "status": "trace (trace-only run)",
+                      "errors": ""})
+    for spec in campaign.environment_files:
+        file = campaign.resolve(spec.file)
+        rel = os.path.relpath(file, page_dir).replace(os.sep, "/")
+        links.append({"label": spec.label or file.name, "href": rel, "status": file.name, "errors": ""})
     return links
 
 
@@ -384,13 +644,14 @@ def build_page_data(campaign: Campaign, tables: DerivedTables, data_dir: Path, r
                     figures: dict[str, str]) -> dict[str, Any]:
     """Everything the template shows, as plain strings already formatted with units."""
     from perflib import verdicts as v
-    from perflib.campaign import read_manifest, run_folders
+    from perflib.campaign import read_manifest, run_folders, trace_only_runs
 
     ctx = v.Context.of(campaign)
     verdict_list = v.evaluate(campaign.candidates, tables, ctx)
     gates = [g for gate in campaign.gates for g in v.evaluate_gate(gate, tables, ctx)]
     levels = level_table(tables)
-    arms = [a.name for a in campaign.arms]
+    arms = [a.name for a in campaign.compared_arms]
+    traced_arms = [a for a in campaign.arms if a.role == "traced"]
     batch_b = max(campaign.batches)
     level_rows = [{
         "arm": escape_md(r.arm), "backend": escape_md(r.backend), "batch": int(r.batch), "context": int(r.context),
@@ -417,11 +678,61 @@ def build_page_data(campaign: Campaign, tables: DerivedTables, data_dir: Path, r
                 "n": f"{r.runs_before} / {r.runs_after}",
                 "change": "n/a" if r.change_pct is None or r.change_pct != r.change_pct else f"{r.change_pct:+.1f}%"}
                for r in before_after_table(tables, arms).itertuples(index=False)]
-    ratio_rows = [{"backend": escape_md(r.backend), "context": _int_or_na(r.context),
+    ratio_rows = [{"backend": escape_md(r.backend), "source": escape_md(r.source), "context": _int_or_na(r.context),
+                   "batch": _int_or_na(r.batch),
                    "step_1": fmt(r.step_1_ms, ".2f", " ms"), "step_b": fmt(r.step_b_ms, ".2f", " ms"),
                    "ratio": fmt(r.ratio, ".2f", "x"), "note": escape_md(r.note)}
-                  for r in ratio_table(tables, [b.name for b in campaign.backends], campaign.other_backends, batch_b,
-                                       arms).itertuples(index=False)]
+                  for r in ratio_table(tables, [b.name for b in campaign.backends], campaign.other_backends,
+                                       campaign.batches, arms, references=reference_tables(campaign),
+                                       other_note=campaign.other_backends_note,
+                                       no_counters={b.name: "backend (profiler captures, no /metrics)"
+                                                    for b in campaign.backends if b.trace_only}
+                                       ).itertuples(index=False)]
+    traced_rows = [{"arm": escape_md(r.arm), "of": escape_md(r.of), "backend": escape_md(r.backend),
+                    "batch": int(r.batch), "context": int(r.context), "measure": escape_md(r.measure),
+                    "plain": fmt(r.plain, ".2f", " ms" if r.measure.endswith("_ms") else " tok/s"),
+                    "traced": fmt(r.traced, ".2f", " ms" if r.measure.endswith("_ms") else " tok/s"),
+                    "n": r.runs, "change": "n/a" if r.change_pct is None or r.change_pct != r.change_pct
+                    else f"{r.change_pct:+.1f}%"}
+                   for r in traced_overhead_table(tables, campaign).itertuples(index=False)]
+    profile_rows = [{"arm": escape_md(r.arm), "backend": escape_md(r.backend), "batch": int(r.batch),
+                     "context": int(r.context), "runs": int(r.runs), "steps": fmt(r.steps, ".0f"),
+                     "step": fmt(r.step_ms, ".2f", " ms"), "busy": fmt(r.busy_ms_per_step, ".2f", " ms"),
+                     "gap": fmt(r.gap_ms_per_step, ".2f", " ms"), "busy_share": pct(r.busy_share),
+                     "dispatches": fmt(r.dispatches_per_step, ".0f"), "method": escape_md(r.step_method)}
+                    for r in trace_level_table(tables).itertuples(index=False)]
+    gap_rows = [{"arm": escape_md(r.arm), "backend": escape_md(r.backend), "batch": int(r.batch),
+                 "context": int(r.context), "bucket": escape_md(r.bucket), "ms": fmt(r.gap_ms_per_step, ".2f", " ms"),
+                 "count": fmt(r.count_per_step, ".1f")} for r in gap_level_table(tables).itertuples(index=False)]
+    class_rows = [{"arm": escape_md(r.arm), "backend": escape_md(r.backend), "batch": int(r.batch),
+                   "context": int(r.context), "kernel_class": escape_md(r.kernel_class),
+                   "ms": fmt(r.ms_per_step, ".3f", " ms"), "share": pct(r.share), "count": fmt(r.count_per_step, ".1f")}
+                  for r in class_level_table(tables).sort_values([*LEVEL_KEYS, "ms_per_step", "kernel_class"],
+                                                                 ascending=[True] * 4 + [False, True],
+                                                                 kind="stable").itertuples(index=False)]
+    batch_class_rows = [{"arm": escape_md(r.arm), "backend": escape_md(r.backend), "context": int(r.context),
+                         "batch": int(r.batch), "kernel_class": escape_md(r.kernel_class),
+                         "ms_1": fmt(r.ms_1, ".3f", " ms"), "ms_b": fmt(r.ms_b, ".3f", " ms"),
+                         "ratio": fmt(r.ratio, ".2f", "x"), "of_linear": fmt(r.of_linear, ".2f")}
+                        for r in batch_class_table(tables).itertuples(index=False)]
+    batch_step_rows = [{"arm": escape_md(r.arm), "backend": escape_md(r.backend), "batch": int(r.batch),
+                        "context": int(r.context), "steps": int(r.steps), "step": fmt(r.step_ms, ".2f", " ms"),
+                        "range": f"{fmt(r.step_min_ms, '.2f')} to {fmt(r.step_max_ms, '.2f', ' ms')}",
+                        "busy": fmt(r.busy_ms, ".2f", " ms"), "gap": fmt(r.gap_ms, ".2f", " ms"),
+                        "dispatches": fmt(r.dispatches, ".0f")}
+                       for r in batch_step_table(tables).itertuples(index=False)]
+    absent = absent_counters(tables)
+    dialects = sorted({b.dialect for b in campaign.backends if not b.trace_only})
+    absent_line = (f"Not exported by the server's /metrics (dialect {', '.join(dialects)}), so n/a above: "
+                   f"{', '.join(absent)}." if absent else "")
+    page_notes = []
+    for note in campaign.notes:
+        text = escape_md(note.text)
+        if note.link is not None:
+            link = campaign.resolve(note.link)
+            rel = os.path.relpath(link, reports_dir).replace(os.sep, "/")
+            text += f" ([{escape_md(link.name)}]({rel}))"
+        page_notes.append(text)
     manifests = [read_manifest(d) or {} for _, _, d in run_folders(campaign, data_dir)]
     page_dir = Path(reports_dir)
     return {
@@ -439,7 +750,15 @@ def build_page_data(campaign: Campaign, tables: DerivedTables, data_dir: Path, r
         "before_after": ba_rows, "gates": [escape_md(g.line) for g in gates], "ratio_rows": ratio_rows,
         "batch_b": batch_b, "verdicts": [{"label": escape_md(x.label), "scope": escape_md(x.scope),
                                           "outcome": x.outcome, "evidence": escape_md(x.evidence)} for x in verdict_list],
-        "notes": [escape_md(n) for n in tables.notes],
+        "notes": page_notes + [escape_md(n) for n in tables.notes],
+        "traced_rows": traced_rows, "traced_arms": [{"name": escape_md(a.name), "of": escape_md(a.of or ""),
+                                                      "description": escape_md(a.description)} for a in traced_arms],
+        "profile_rows": profile_rows, "gap_rows": gap_rows, "class_rows": class_rows,
+        "batch_class_rows": batch_class_rows, "batch_step_rows": batch_step_rows, "absent_line": absent_line,
+        "facts": [{k: escape_md(v) for k, v in f.items()} for f in environment_facts(campaign, reports_dir)],
+        "trace_only": [escape_md(b.name) for b in campaign.backends if b.trace_only],
+        "traces_found": sum(1 for _, p in trace_only_runs(campaign, data_dir) if p is not None),
+        "traces_expected": len(trace_only_runs(campaign, data_dir)),
         "links": [{**link, "label": escape_md(link["label"]), "errors": escape_md(link["errors"])}
                   for link in raw_links(campaign, data_dir, page_dir)],
         "derived": os.path.relpath(campaign.derived_dir(data_dir), page_dir).replace(os.sep, "/") + "/",
@@ -469,7 +788,7 @@ def write_report(campaign: Campaign, data_dir: Path | None = None, reports_dir: 
     reports = Path(reports_dir or campaign.reports_dir)
     tables = tables if tables is not None else derive.build_and_write(campaign, data)
     manifests = [read_manifest(d) or {} for _, _, d in run_folders(campaign, data)]
-    date = date or page_date(manifests)
+    date = date or (page_date(manifests) if manifests else (trace_date(tables) or "undated"))
     stem = f"{campaign.name}-{date}"
     fig_dir = reports / stem
     figures = {
@@ -477,9 +796,11 @@ def write_report(campaign: Campaign, data_dir: Path | None = None, reports_dir: 
         "decomposition": save_figure(plot_decomposition(tables), fig_dir / "decomposition.png"),
         "step_over_floor": save_figure(plot_step_over_floor(tables, campaign), fig_dir / "step_over_floor.png"),
     }
-    if len(campaign.arms) > 1:
-        figures["before_after"] = save_figure(plot_before_after(tables, [a.name for a in campaign.arms]),
-                                              fig_dir / "before_after.png")
+    compared = [a.name for a in campaign.compared_arms]
+    if len(compared) > 1:
+        figures["before_after"] = save_figure(plot_before_after(tables, compared), fig_dir / "before_after.png")
+    if len(tables.trace_runs):
+        figures["profile"] = save_figure(plot_profile(tables), fig_dir / "profile.png")
     rel = {k: f"{stem}/{p.name}" for k, p in figures.items()}
     text = render(build_page_data(campaign, tables, data, reports, date, rel))
     page = reports / f"{stem}.md"

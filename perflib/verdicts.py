@@ -42,6 +42,8 @@ class Scope:
     kv_bytes_per_token: int | None = None
     peak_bandwidth_gbs: float | None = None
     profiler: str | None = None
+    trace_note: str | None = None  # why this arm has no trace (a traced arm whose capture was lost)
+    no_requests: str | None = None  # why this backend has no request records (a trace-only backend)
 
     def describe(self) -> str:
         parts = [f"{k} {v}" for k, v in (("arm", self.arm), ("backend", self.backend), ("batch", self.batch),
@@ -117,6 +119,8 @@ def _where(scope: Scope, batch: int | None = None) -> str:
 
 
 def _no_runs(scope: Scope, batch: int | None = None) -> Measured:
+    if scope.no_requests:
+        return Measured(None, "", scope.no_requests)
     return Measured(None, "", f"no complete run at {_where(scope, batch)}")
 
 
@@ -124,6 +128,8 @@ def _no_trace(tables: DerivedTables, scope: Scope, batch: int | None = None) -> 
     sel = _select(tables.trace_runs, scope, batch)
     if sel is not None and len(sel):
         return Measured(None, "", f"no usable trace rows at {_where(scope, batch)}")
+    if scope.trace_note:
+        return Measured(None, "", scope.trace_note)
     if scope.profiler in (None, "none"):
         return Measured(None, "", f"no kernel trace for backend {scope.backend} (profiler: none)")
     return Measured(None, "", f"no kernel trace at {_where(scope, batch)}")
@@ -208,6 +214,8 @@ def own_step_share(tables: DerivedTables, scope: Scope) -> Measured:
     """Share of the decode window that the request's own decode steps explain (median over requests)."""
     sel = _select(tables.runs, scope)
     own, n = _median(sel, "own_step_share")
+    if own is None and scope.no_requests:
+        return Measured(None, "", scope.no_requests)
     if own is None:
         return Measured(None, "", f"no own-step share at {_where(scope)} (no complete run or no steady step)")
     prefill, _ = _median(sel, "prefill_share")
@@ -450,10 +458,17 @@ class Context:
     kv_bytes_per_token: int | None = None
     bandwidth: dict[str, float | None] = field(default_factory=dict)
     profilers: dict[str, str] = field(default_factory=dict)
+    trace_notes: dict[str, str] = field(default_factory=dict)  # arm -> why it has no trace
+    no_requests: dict[str, str] = field(default_factory=dict)  # backend -> why it has no request records
 
     @classmethod
     def of(cls, campaign: Campaign) -> Context:
-        return cls(arms=tuple(a.name for a in campaign.arms), backends=tuple(b.name for b in campaign.backends),
+        no_requests = {b.name: f"trace-only backend {b.name}: no server, no /metrics and no request records"
+                       for b in campaign.backends if b.trace_only}
+        return cls(arms=tuple(a.name for a in campaign.compared_arms),
+                   backends=tuple(b.name for b in campaign.backends),
+                   trace_notes={a.name: a.trace_note for a in campaign.arms if a.trace_note},
+                   no_requests=no_requests,
                    batches=tuple(sorted(campaign.batches)), contexts=tuple(sorted(campaign.contexts)),
                    weight_bytes=campaign.model.weight_bytes, kv_bytes_per_token=campaign.model.kv_bytes_per_token,
                    bandwidth={b.name: b.peak_bandwidth_gbs for b in campaign.backends},
@@ -480,7 +495,9 @@ def scopes(candidate: CandidateSpec, ctx: Context) -> list[Scope]:
                 out.append(Scope(arm=arm, backend=backend, batch=batch, context=context, classes=candidate.classes,
                                  column=candidate.column, baseline=baseline if measure == "change_pct" else None,
                                  weight_bytes=ctx.weight_bytes, kv_bytes_per_token=ctx.kv_bytes_per_token,
-                                 peak_bandwidth_gbs=ctx.bandwidth.get(backend), profiler=ctx.profilers.get(backend)))
+                                 peak_bandwidth_gbs=ctx.bandwidth.get(backend), profiler=ctx.profilers.get(backend),
+                                 trace_note=ctx.trace_notes.get(arm) if arm else None,
+                                 no_requests=ctx.no_requests.get(backend)))
     return out
 
 
@@ -552,7 +569,7 @@ def evaluate_gate(gate: GateSpec, tables: DerivedTables, ctx: Context) -> list[G
     for backend in ctx.backends:
         for context in contexts:
             scope = Scope(arm=arm, backend=backend, batch=gate.batch, context=context, column=gate.measure,
-                          baseline=baseline)
+                          baseline=baseline, no_requests=ctx.no_requests.get(backend))
             measured = change_pct(tables, scope)
             where = f"{name} ({backend}, context {context})"
             if measured.value is None:
