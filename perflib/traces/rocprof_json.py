@@ -31,7 +31,14 @@ def load_json(path: Path) -> Any:
     enabled = gc.isenabled()
     gc.disable()
     try:
-        return json.loads(raw)
+        try:
+            import orjson  # 2-3x faster than json on large traces; same values
+        except ImportError:  # pragma: no cover - orjson is a dependency
+            return json.loads(raw)
+        try:
+            return orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            return json.loads(raw)  # the standard parser names the line and column of the fault
     except json.JSONDecodeError as exc:
         cut = exc.pos >= len(raw.rstrip()) - 1
         raise InputError(
