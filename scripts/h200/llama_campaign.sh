@@ -97,8 +97,10 @@ step cupti cupti
 wait $BUILD
 step bandwidth bandwidth
 [ -f "$WORK/build.done" ] || { log "no llama-server; stop"; exit 1; }
-step arm-before arm before off
-step arm-after arm after on
+if [ -z "${SKIP_ARMS:-}" ]; then  # SKIP_ARMS=1: only the traced pass (the arms are committed already)
+  step arm-before arm before off
+  step arm-after arm after on
+fi
 step traced traced || { log "traced run failed; again with CUDA graphs off"; echo "GGML_CUDA_DISABLE_GRAPHS=1" > "$WORK/traced.env";
   step traced traced GGML_CUDA_DISABLE_GRAPHS=1; }
 log "all steps finished"
