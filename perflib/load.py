@@ -53,6 +53,7 @@ import httpx
 
 from perflib.clocks import now_clocks
 from perflib.errors import PerflibError
+from perflib.rundir import json_object
 
 ENDPOINTS = {"completions": "/v1/completions", "chat": "/v1/chat/completions"}
 """`--endpoint` value → path."""
@@ -613,13 +614,7 @@ class TokenCounter:
             raise ServerUnreachable(
                 f"cannot connect to {self.base_url}{path}: {exc or 'connection refused'}; is the server "
                 "running at that address? (or let perflib start one with --start-server)") from exc
-        if resp.status_code != 200:
-            return None
-        try:
-            obj = resp.json()
-        except ValueError:
-            return None
-        return obj if isinstance(obj, dict) else None
+        return json_object(resp)
 
     async def count(self, text: str) -> int | None:
         """Tokens of `text` as a prompt, or None when the server cannot count them."""

@@ -166,6 +166,17 @@ def server_kind(props: Mapping[str, Any] | None, models: Mapping[str, Any] | Non
     return "unknown"
 
 
+def json_object(resp: Any) -> dict[str, Any] | None:
+    """The JSON object of a 200 answer (an httpx response), or None for any other answer."""
+    if resp.status_code != 200:
+        return None
+    try:
+        obj = resp.json()
+    except ValueError:
+        return None
+    return obj if isinstance(obj, dict) else None
+
+
 def server_identity(base_url: str, *, flags: list[str] | None = None, version: str | None = None,
                     timeout: float = 10.0) -> dict[str, Any]:
     """`{kind, version, flags, model, props, models}` from `GET /props` and `GET /v1/models`.
@@ -177,14 +188,7 @@ def server_identity(base_url: str, *, flags: list[str] | None = None, version: s
     import httpx
 
     def get(client: httpx.Client, path: str) -> dict[str, Any] | None:
-        resp = client.get(base_url.rstrip("/") + path, headers={"Connection": "close"})
-        if resp.status_code != 200:
-            return None
-        try:
-            obj = resp.json()
-        except ValueError:
-            return None
-        return obj if isinstance(obj, dict) else None
+        return json_object(client.get(base_url.rstrip("/") + path, headers={"Connection": "close"}))
 
     with httpx.Client(timeout=timeout, trust_env=False,
                       limits=httpx.Limits(max_keepalive_connections=0)) as client:
