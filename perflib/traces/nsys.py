@@ -12,13 +12,16 @@ from __future__ import annotations
 
 import sqlite3
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from perflib.errors import InputError
 from perflib.traces import Trace, schema
 from perflib.traces.rocpd import _columns, connect, objects
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 SOURCE = "nsys-sqlite"
 NVTX_KINDS = (34, 59, 60)  # mark, push/pop range, start/end range
@@ -62,6 +65,25 @@ def _ints(values: list) -> np.ndarray:
     return np.asarray([v if isinstance(v, int) else -1 for v in values], dtype=np.int64)
 
 
+def _activity_frame(rows: list[tuple], path: Path, table: str, kind: str) -> pd.DataFrame:
+    """Dispatch rows `(start, end, deviceId, streamId, correlationId, name)` of one CUPTI activity table."""
+    s, e = _times(rows, path, table)
+    return schema.dispatch_frame(
+        {
+            "kernel": [str(r[5]) for r in rows],
+            "start_ns": s,
+            "end_ns": e,
+            "device": _ints([r[2] for r in rows]),
+            "stream": _ints([r[3] for r in rows]),
+            "correlation_id": _ints([r[4] for r in rows]),
+            "kind": kind,
+        },
+        SOURCE,
+        path,
+        lambda i: f"table {table}, row {i + 1}",
+    )
+
+
 def read_nsys(path: Path) -> Trace:
     """An nsys SQLite export -> Trace."""
     path = Path(path)
@@ -89,23 +111,7 @@ def read_nsys(path: Path) -> Trace:
                 f"SELECT k.start, k.end, k.deviceId, k.streamId, k.correlationId, {name_expr} FROM {k} k {join}",
                 f"table {k}",
             )
-            s, e = _times(rows, path, k)
-            frames.append(
-                schema.dispatch_frame(
-                    {
-                        "kernel": [str(r[5]) for r in rows],
-                        "start_ns": s,
-                        "end_ns": e,
-                        "device": _ints([r[2] for r in rows]),
-                        "stream": _ints([r[3] for r in rows]),
-                        "correlation_id": _ints([r[4] for r in rows]),
-                        "kind": "kernel",
-                    },
-                    SOURCE,
-                    path,
-                    lambda i: f"table {k}, row {i + 1}",
-                )
-            )
+            frames.append(_activity_frame(rows, path, k, "kernel"))
         for table, kind in (
             ("CUPTI_ACTIVITY_KIND_MEMCPY", "memcpy"),
             ("CUPTI_ACTIVITY_KIND_MEMSET", "memset"),
@@ -123,23 +129,7 @@ def read_nsys(path: Path) -> Trace:
                 f"SELECT t.start, t.end, t.deviceId, t.streamId, t.correlationId, {label} FROM {table} t {join}",
                 f"table {table}",
             )
-            s, e = _times(rows, path, table)
-            frames.append(
-                schema.dispatch_frame(
-                    {
-                        "kernel": [str(r[5]) for r in rows],
-                        "start_ns": s,
-                        "end_ns": e,
-                        "device": _ints([r[2] for r in rows]),
-                        "stream": _ints([r[3] for r in rows]),
-                        "correlation_id": _ints([r[4] for r in rows]),
-                        "kind": kind,
-                    },
-                    SOURCE,
-                    path,
-                    lambda i, t=table: f"table {t}, row {i + 1}",
-                )
-            )
+            frames.append(_activity_frame(rows, path, table, kind))
         api: dict[str, Any] = {"start_ns": [], "end_ns": []}
         r_table = "CUPTI_ACTIVITY_KIND_RUNTIME"
         if r_table in names:
