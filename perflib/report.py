@@ -401,18 +401,26 @@ def plot_batch_scaling(tables: DerivedTables):
     return fig
 
 
+def _level_labels(frame) -> list[str]:
+    """Short x labels for per-level bars: the arm and backend only where the frame has several."""
+    parts = [c for c in ("arm", "backend") if frame[c].nunique() > 1]
+    return ["\n".join([*(str(getattr(r, c)) for c in parts), f"b{r.batch} c{r.context}"])
+            for r in frame.itertuples(index=False)]
+
+
 def plot_decomposition(tables: DerivedTables):
     """Stacked shares of the decode window per level: own steps, others' prefill, other."""
     levels = level_table(tables)
     fig, ax = _figure(max(6.4, 0.5 * len(levels) + 2), 3.8)
     if len(levels):
-        labels = [f"{r.arm}/{r.backend}\nb{r.batch} c{r.context}" if levels["arm"].nunique() > 1
-                  or levels["backend"].nunique() > 1 else f"b{r.batch} c{r.context}"
-                  for r in levels.itertuples(index=False)]
+        labels = _level_labels(levels)
         bottom = [0.0] * len(levels)
         for col, name in (("own_step_share", "own decode steps"), ("prefill_share", "others' prefill"),
                           ("other_share", "gaps / other")):
-            values = [0.0 if v != v else 100 * float(v) for v in levels[col]]
+            # own steps and others' prefill can overlap (a prefill chunk batched with decode rows):
+            # their sum then passes 100% and the negative rest is drawn as nothing, not as a bar
+            values = [0.0 if v != v else max(0.0, 100 * float(v)) if col == "other_share" else 100 * float(v)
+                      for v in levels[col]]
             ax.bar(range(len(levels)), values, bottom=bottom, label=name)
             bottom = [b + v for b, v in zip(bottom, values, strict=True)]
         ax.set_xticks(range(len(levels)))
@@ -474,9 +482,7 @@ def plot_profile(tables: DerivedTables):
     table = trace_level_table(tables)
     fig, ax = _figure(max(6.4, 0.6 * len(table) + 2), 3.8)
     if len(table):
-        multi = table["arm"].nunique() > 1 or table["backend"].nunique() > 1
-        labels = [f"{r.arm}/{r.backend}\nb{r.batch} c{r.context}" if multi else f"b{r.batch} c{r.context}"
-                  for r in table.itertuples(index=False)]
+        labels = _level_labels(table)
         busy = [float(v) for v in table["busy_ms_per_step"]]
         gap = [float(v) for v in table["gap_ms_per_step"]]
         ax.bar(range(len(table)), busy, label="GPU busy")
