@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -172,6 +173,54 @@ def window_from_manifest(trace: Any, manifest: Mapping[str, Any] | str) -> Windo
         raise PerflibError("manifest has no `clocks` (expected {start: {...}, end: {...}}, docs/SCHEMA.md §2)")
     label = f"level b{manifest.get('batch', '?')}_c{manifest.get('context', '?')}_r{manifest.get('repeat', '?')}"
     return window_from_clocks(trace, manifest["clocks"], label)
+
+
+@dataclass(frozen=True)
+class DecodeWindow:
+    """The all-decoding window of a level on the trace's clock, and the decode steps inside it."""
+
+    window: Window
+    steps: int | None
+
+
+def decode_window_from_run(trace: Any, run_dir: str | Path) -> DecodeWindow:
+    """SERVERS.md §5.2: last request's first token → first request's last token, on the trace's clock.
+
+    Request times are CLOCK_MONOTONIC; the level clocks in the manifest give the offset to whichever
+    clock the trace uses (chosen as in `window_from_clocks`). Steps inside the window are counted from
+    the client: the median, over requests, of token chunks that arrive inside it (one per decode step
+    while every request decodes). No such window (a request finished before the last one started
+    decoding, as at long context with large batches) is a `PerflibError` saying so.
+    """
+    import json
+
+    run_dir = Path(run_dir)
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    level = window_from_manifest(trace, manifest)
+    name = level.label.rsplit("(", 1)[-1].split(" ")[0]
+    clocks = manifest["clocks"]
+    offset = int(clocks["start"][_CLOCK_KEYS[name]]) - int(clocks["start"]["monotonic_ns"])
+    records = []
+    path = run_dir / "requests.jsonl"
+    for line in path.read_text().splitlines() if path.is_file() else []:
+        try:
+            rec = json.loads(line)
+        except ValueError:
+            continue  # a torn last line of a crashed level
+        if rec.get("ok") and rec.get("first_token_ns") is not None and rec.get("last_token_ns") is not None:
+            records.append(rec)
+    if not records:
+        raise PerflibError(f"{path}: no successful request with first and last token times")
+    lo = max(int(r["first_token_ns"]) for r in records)
+    hi = min(int(r["last_token_ns"]) for r in records)
+    if hi <= lo:
+        raise PerflibError(f"{run_dir.name}: no window with all {len(records)} requests decoding (a request "
+                           "finished before the last one produced its first token)")
+    counts = sorted(sum(1 for t in (r.get("chunk_ns") or []) if lo < int(t) <= hi) for r in records)
+    steps = counts[len(counts) // 2] if counts and counts[len(counts) // 2] > 0 else None
+    window = Window(lo + offset, hi + offset, f"decode window of {run_dir.name}: last first token → first last "
+                    f"token ({name} clock)")
+    return DecodeWindow(window, steps)
 
 
 # ------------------------------------------------------------------------------------- interval union

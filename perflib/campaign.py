@@ -32,7 +32,8 @@ PROFILER_KINDS = ("none", "rocprofv3", "kineto", "cupti", "nsys")
 DIALECTS = ("auto", "llamacpp", "mlxcel", "vllm", "sglang")  # perflib.metrics dialects
 START_KINDS = ("llama-server-local", "none")  # none: a trace-only backend (committed profiler captures, no server)
 ARM_ROLES = ("compare", "traced")  # traced: the same configuration again under a profiler
-WINDOWS = ("level", "steps")  # level: the manifest clocks; steps: the span of the step markers
+WINDOWS = ("decode", "level", "steps")  # decode: all requests decoding (SERVERS.md §5.2); level: the manifest
+# clocks around the whole level; steps: the span of the step markers
 RUN_DIR_RE = re.compile(r"^b(\d+)_c(\d+)_r(\d+)$")
 NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
 GUARD_EXIT = 75  # every attempt contended, as the seed's rocm_gpu_guard.sh
@@ -59,7 +60,7 @@ class ProfilerSpec:
 
     kind: str = "none"
     output: str | None = None
-    window: str = "level"
+    window: str = "decode"
 
 
 @dataclass(frozen=True)
@@ -450,7 +451,7 @@ def load_campaign(path: str | Path) -> Campaign:
         backends.append(BackendSpec(
             name=raw["name"], url=raw.get("url"), start=raw.get("start"), dialect=raw.get("dialect", "auto"),
             profiler=ProfilerSpec(kind=prof.get("kind", "none"), output=prof.get("output"),
-                                  window=prof.get("window", "level")),
+                                  window=prof.get("window", "decode")),
             peak_bandwidth_gbs=float(raw["peak_bandwidth_gbs"]) if "peak_bandwidth_gbs" in raw else None,
             kernel_classes=raw.get("kernel_classes"), device=raw.get("device"), threads=raw.get("threads"),
             extra_args=tuple(raw.get("extra_args", ())), env={str(k): str(v) for k, v in raw.get("env", {}).items()},

@@ -113,8 +113,11 @@ def trace_rows(campaign: Campaign, arm: str, backend: str, run_dir: Path, keys: 
         trace = traces.read_trace(path)
         if (spec and spec.profiler.window == "steps") or not (run_dir / "manifest.json").is_file():
             window = attribution.window_from_step_markers(getattr(trace, "markers", None))
-        else:
+        elif spec and spec.profiler.window == "level":
             window = attribution.window_from_manifest(trace, str(run_dir))
+        else:  # SERVERS.md §5.2: the window where every request decodes, steps counted inside it
+            decode = attribution.decode_window_from_run(trace, run_dir)
+            window, decode_steps = decode.window, decode.steps
         table: Any = None
         if spec and spec.kernel_classes:
             file = Path(spec.kernel_classes)

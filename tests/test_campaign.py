@@ -284,7 +284,9 @@ def test_traced_run_feeds_trace_tables_verdicts_and_profile_notebook(tmp_path, f
     path = tmp_path / "sample" / "campaign.yaml"
     path.write_text(path.read_text().replace(
         "    profiler: {kind: none}",
-        "    profiler: {kind: rocprofv3, output: 'traces/{arm}/b{batch}_c{context}_r{repeat}.csv'}"))
+        # window: level, so every dispatch spread over the level counts (the default decode window
+        # of SERVERS.md §5.2 is tested in test_decode_window.py)
+        "    profiler: {kind: rocprofv3, output: 'traces/{arm}/b{batch}_c{context}_r{repeat}.csv', window: level}"))
     campaign = pc.load_campaign(path)
     run = pc.RunSpec("sample", "after", "cpu", 2, 128, 1, campaign.decode_tokens)
     clocks = json.loads((run.run_dir(campaign.data_dir) / "manifest.json").read_text())["clocks"]

@@ -1,0 +1,68 @@
+"""Server-trace attribution uses the decode window of SERVERS.md §5.2, not the whole level."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from perflib import attribution
+from perflib.errors import PerflibError
+
+MS = 1_000_000
+
+
+def _level(tmp_path, first_tokens, last_tokens, step_ns=11 * MS):
+    """A run folder: clocks with realtime = monotonic + OFFSET, and requests on CLOCK_MONOTONIC."""
+    offset = 1_700_000_000 * 10**9
+    t0 = 5 * 10**9
+    clocks = {"start": {"monotonic_ns": t0, "boottime_ns": t0 + 7, "realtime_ns": t0 + offset},
+              "end": {"monotonic_ns": t0 + 10**10, "boottime_ns": t0 + 10**10 + 7, "realtime_ns": t0 + 10**10 + offset}}
+    (tmp_path / "manifest.json").write_text(json.dumps({"batch": len(first_tokens), "context": 1, "repeat": 1,
+                                                        "clocks": clocks}))
+    with open(tmp_path / "requests.jsonl", "w") as out:
+        for i, (f, la) in enumerate(zip(first_tokens, last_tokens, strict=True)):
+            chunks = list(range(t0 + f, t0 + la + 1, step_ns))
+            out.write(json.dumps({"request_id": i, "ok": True, "first_token_ns": t0 + f, "last_token_ns": chunks[-1],
+                                  "chunk_ns": chunks}) + "\n")
+    return t0, offset
+
+
+def _trace(starts_ms, dur_ms, t0, offset):
+    s = np.asarray([t0 + offset + int(x * MS) for x in starts_ms], dtype=np.int64)
+    d = pd.DataFrame({"kernel": "k", "start_ns": s, "end_ns": s + int(dur_ms * MS), "device": 0, "queue": -1,
+                      "stream": 7, "correlation_id": -1, "kind": "kernel", "source": "test"})
+
+    class T:
+        dispatches = d
+        clock = "realtime"
+        meta: dict = {}
+
+    return T()
+
+
+def test_decode_window_excludes_prefill_and_counts_steps_inside(tmp_path):
+    # request 1 starts decoding at 2 s (after a 2 s prefill), request 0 at 0.5 s; both run to ~3.4 s
+    t0, offset = _level(tmp_path, [500 * MS, 2000 * MS], [3400 * MS, 3400 * MS])
+    prefill = [0.0]  # one 2 s kernel at the level start
+    steps = [2000 + 11 * i for i in range(127)]  # 10 ms busy + 1 ms gap per step
+    trace = _trace(prefill + steps, 10, t0, offset)
+    trace.dispatches.loc[0, "end_ns"] = trace.dispatches.loc[0, "start_ns"] + 2000 * MS
+    decode = attribution.decode_window_from_run(trace, tmp_path)
+    assert decode.window.start_ns == t0 + offset + 2000 * MS  # the last request's first token
+    assert "realtime clock" in decode.window.label
+    summary = attribution.summarize(trace, window=decode.window, steps=decode.steps)
+    assert decode.steps is not None and abs(decode.steps - 127) <= 1
+    assert summary.busy_ms_per_step == pytest.approx(10.0, rel=0.02)
+    assert summary.gap_ms_per_step == pytest.approx(1.0, rel=0.1)
+    level = attribution.summarize(trace, window=attribution.window_from_manifest(trace, str(tmp_path)), steps=127)
+    assert level.busy_ms_per_step > 20  # the whole level counts the 2 s prefill as busy: the bug this guards
+
+
+def test_no_window_with_all_requests_decoding_is_said(tmp_path):
+    t0, offset = _level(tmp_path, [100 * MS, 3000 * MS], [2000 * MS, 4000 * MS])
+    trace = _trace([0, 3000], 1, t0, offset)
+    with pytest.raises(PerflibError, match="no window with all 2 requests decoding"):
+        attribution.decode_window_from_run(trace, tmp_path)
