@@ -173,6 +173,19 @@ def _class_sum(tables: DerivedTables, scope: Scope, batch: int | None = None) ->
     return {col: _median(frame, col)[0] for col in frame.columns}
 
 
+def _unknown_classes(tables: DerivedTables, scope: Scope) -> Measured | None:
+    """"Not measured" when no trace of the scope (any batch) has a kernel of the named classes.
+
+    A typo or a class the backend's table lacks would otherwise sum to 0 ms and read as ruled out.
+    """
+    cls = _select(tables.classes, replace(scope, batch=None))
+    seen = set(cls["kernel_class"].astype(str)) if cls is not None and len(cls) else set()
+    if not seen or seen & set(scope.classes):
+        return None
+    return Measured(None, "", f"no kernel of class {_classes_label(scope)} in the traces at {_where(scope)} "
+                              f"(classes seen: {', '.join(sorted(seen))})")
+
+
 def _classes_label(scope: Scope) -> str:
     return "+".join(scope.classes) or "(no class named)"
 
@@ -274,6 +287,9 @@ def gap_scaling(tables: DerivedTables, scope: Scope) -> Measured:
 @measurement("class_share", unit="fraction")
 def class_share(tables: DerivedTables, scope: Scope) -> Measured:
     """Time of the named kernel classes as a share of the trace window."""
+    unknown = _unknown_classes(tables, scope)
+    if unknown is not None:
+        return unknown
     sums = _class_sum(tables, scope)
     if sums is None or not sums.get("window_ms"):
         return _no_trace(tables, scope)
@@ -285,6 +301,9 @@ def class_share(tables: DerivedTables, scope: Scope) -> Measured:
 @measurement("class_ms_per_step", unit="ms")
 def class_ms_per_step(tables: DerivedTables, scope: Scope) -> Measured:
     """Time of the named kernel classes per decode step."""
+    unknown = _unknown_classes(tables, scope)
+    if unknown is not None:
+        return unknown
     sums = _class_sum(tables, scope)
     if sums is None:
         return _no_trace(tables, scope)
@@ -297,6 +316,9 @@ def class_ms_per_step(tables: DerivedTables, scope: Scope) -> Measured:
 def class_scaling(tables: DerivedTables, scope: Scope) -> Measured:
     """Class ms per step at batch B over batch 1, divided by B (1.0 = grows like the batch)."""
     b = scope.batch
+    unknown = _unknown_classes(tables, scope)
+    if unknown is not None:
+        return unknown
     sums_b, sums_1 = _class_sum(tables, scope), _class_sum(tables, scope, 1)
     if sums_b is None:
         return _no_trace(tables, scope)
@@ -314,6 +336,9 @@ def class_scaling(tables: DerivedTables, scope: Scope) -> Measured:
 @measurement("class_dispatches", unit="count")
 def class_dispatches(tables: DerivedTables, scope: Scope) -> Measured:
     """Dispatch count of the named kernel classes in the window (and per step)."""
+    unknown = _unknown_classes(tables, scope)
+    if unknown is not None:
+        return unknown
     sums = _class_sum(tables, scope)
     if sums is None:
         return _no_trace(tables, scope)

@@ -288,3 +288,19 @@ def test_seed_before_after_and_gate(seed):
     change = 100 * (one[one["arm"] == "before"]["decode_step_ms"].median()
                     / one[one["arm"] == "after"]["decode_step_ms"].median() - 1)
     assert failing[0].passed == (change <= 3)
+
+
+def test_a_class_no_trace_has_is_not_measured_rather_than_ruled_out():
+    """A typo or a class missing from the backend's table must not sum to 0 ms and read as ruled out."""
+    keys = {"campaign": "c", "arm": "a", "backend": "b", "batch": 4, "context": 1, "repeat": 1}
+    tables = DerivedTables(
+        runs=pd.DataFrame([{**keys, "status": "complete"}]),
+        trace_runs=pd.DataFrame([{**keys, "window_ms": 50.0, "steps": 5, "busy_ms": 40.0, "gap_ms": 10.0}]),
+        classes=pd.DataFrame([{**keys, "kernel_class": "gemm", "time_ms": 30.0, "count": 10, "ms_per_step": 6.0,
+                               "share": 0.6}]),
+        kernels=pd.DataFrame(), gaps=pd.DataFrame(), steps=pd.DataFrame())
+    scope = v.Scope(arm="a", backend="b", batch=4, classes=("gemmm",))
+    typo = v.MEASUREMENTS["class_share"].func(tables, scope)
+    assert typo.value is None and "gemmm" in typo.why and "gemm" in typo.why
+    real = v.MEASUREMENTS["class_share"].func(tables, v.Scope(arm="a", backend="b", batch=4, classes=("gemm",)))
+    assert real.value == pytest.approx(30.0 / 50.0)
