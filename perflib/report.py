@@ -464,7 +464,8 @@ def plot_before_after(tables: DerivedTables, arms: Sequence[str]):
             for k in keys.itertuples(index=False):
                 at = levels[(levels["arm"].astype(str) == arm) & (levels["backend"] == k.backend)
                             & (levels["batch"] == k.batch) & (levels["context"] == k.context)]
-                values.append(float(at["decode_step_ms"].iloc[0]) if len(at) else 0.0)
+                # a level one arm lacks is a gap in the plot, not a 0 ms step
+                values.append(float(at["decode_step_ms"].iloc[0]) if len(at) else float("nan"))
             ax.bar([j + i * width for j in range(len(keys))], values, width=width, label=arm)
         ax.set_xticks([j + width * (len(arms) - 1) / 2 for j in range(len(keys))])
         ax.set_xticklabels([f"b{k.batch} c{k.context}" for k in keys.itertuples(index=False)], fontsize=7)

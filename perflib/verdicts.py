@@ -360,10 +360,12 @@ def step_over_floor(tables: DerivedTables, scope: Scope) -> Measured:
                if v is None]
     if missing:
         return Measured(None, "", f"no floor: the campaign gives no {', '.join(missing)}")
+    if scope.context is None or scope.batch is None:
+        return Measured(None, "", "no floor: the candidate names no batch and context for the KV term")
     step, n = _step_of(tables, scope, scope.batch)
     if step is None:
         return _no_runs(scope)
-    floor = floor_ms(scope.weight_bytes, scope.kv_bytes_per_token, scope.context or 0, scope.batch or 1,
+    floor = floor_ms(scope.weight_bytes, scope.kv_bytes_per_token, scope.context, scope.batch,
                      scope.peak_bandwidth_gbs)
     value = step / floor
     return Measured(value, f"decode step {step:.2f} ms over a floor of {floor:.3f} ms "

@@ -288,6 +288,17 @@ def test_seed_before_after_and_gate(seed):
     change = 100 * (one[one["arm"] == "before"]["decode_step_ms"].median()
                     / one[one["arm"] == "after"]["decode_step_ms"].median() - 1)
     assert failing[0].passed == (change <= 3)
+    # and a gate that must fail: batch 4 at ~1K went from ~166 ms (before) to ~66 ms (after), so
+    # reading "before" as the new arm against "after" is a regression far past 3%
+    four = runs[(runs["batch"] == 4) & (runs["context"] == 1024)]
+    regression = 100 * (four[four["arm"] == "before"]["decode_step_ms"].median()
+                        / four[four["arm"] == "after"]["decode_step_ms"].median() - 1)
+    assert regression > 100
+    (fails,) = v.evaluate_gate(GateSpec("decode_step_ms", batch=4, max_regression_pct=3, context=1024,
+                                        baseline="after", arm="before"), seed["tables"], seed["ctx"])
+    assert fails.passed is False
+    assert "FAIL" in fails.line.upper()
+    assert f"{regression:+.1f}%" in fails.line or f"{regression:.1f}%" in fails.line
 
 
 def test_a_class_no_trace_has_is_not_measured_rather_than_ruled_out():
