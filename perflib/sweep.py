@@ -245,12 +245,13 @@ def summarize_run(run_dir: Path | str) -> dict[str, Any]:
             predicted_steps += n - 1
     row["timings_step_ms"] = predicted_ms / predicted_steps if predicted_steps else None
 
-    steady = load.steady_step(records)
+    # only successes enter the statistics (LOADGEN §1); a failed request leaves the level incomplete
+    steady = load.steady_step(ok)
     row["steady_step_ms"] = steady.step_ms
     row["steady_step_samples"] = steady.samples
     row["steady_step_burst_share"] = steady.burst_share
     row["steady_step_reason"] = steady.reason
-    parts = load.decode_window_decomposition(records, steady.step_ms)
+    parts = load.decode_window_decomposition(ok, steady.step_ms)
     row["own_step_share"] = parts.own_step_share
     row["prefill_share"] = parts.prefill_share
     row["other_share"] = parts.other_share
