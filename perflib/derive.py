@@ -162,6 +162,10 @@ def build(campaign: Campaign, data_dir: Path | None = None) -> DerivedTables:
             notes.append(f"{arm}/{backend}/{run_dir.name}: not summarised: {exc}")
             row = {**keys, "status": manifest.get("status", "incomplete")}
         rows.append(row)
+        if str(row.get("status", "incomplete")) != "complete":
+            # a crashed or contended level's trace must not enter the medians and verdicts
+            notes.append(f"{arm}/{backend}/{run_dir.name}: run incomplete, its trace is not attributed")
+            continue
         tables, why = trace_rows(campaign, arm, backend, run_dir, keys, row.get("decode_steps"))
         if tables is None:
             if why and why not in notes:
