@@ -453,6 +453,7 @@ class TraceSummary:
             "classes": _records(self.classes),
             "kernels": _records(self.kernels.head(self.top)),
             "kernels_total": int(len(self.kernels)),
+            "straddling_start": self.meta.get("straddling_start"),
         }
 
 
@@ -641,6 +642,10 @@ def summarize(
     rows, s, e = _clip(dispatches, window)
     if rows.size == 0:
         raise _empty_window_error(window, dispatches, "no dispatch inside it")
+    # dispatches that began before the window and run into it are clipped to it and counted; the
+    # mlxcel decode split (FORMATS.md §5.3) expects none at the decode start, so say how many there are
+    straddling = int(np.count_nonzero(
+        dispatches["start_ns"].to_numpy(dtype=np.int64)[rows] < int(window.start_ns)))
     if rows.size != len(dispatches):
         dispatches = dispatches.iloc[rows]
     if s.size > 1 and bool(np.any(s[1:] < s[:-1])):
@@ -684,6 +689,7 @@ def summarize(
         kernels=kernels,
         class_table=table.name,
         top=int(top),
+        meta={"straddling_start": straddling},
     )
 
 

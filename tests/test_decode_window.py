@@ -59,6 +59,15 @@ def test_decode_window_excludes_prefill_and_counts_steps_inside(tmp_path):
     assert summary.gap_ms_per_step == pytest.approx(1.0, rel=0.1)
     level = attribution.summarize(trace, window=attribution.window_from_manifest(trace, str(tmp_path)), steps=127)
     assert level.busy_ms_per_step > 20  # the whole level counts the 2 s prefill as busy: the bug this guards
+    assert summary.to_dict()["straddling_start"] == 0
+
+
+def test_dispatches_running_into_the_window_are_clipped_and_counted():
+    trace = _trace([0.0, 5.0, 20.0], 10, 0, 0)  # [0,10) [5,15) [20,30) ms
+    window = attribution.Window(8 * MS, 30 * MS, "w")
+    summary = attribution.summarize(trace, window=window)
+    assert summary.to_dict()["straddling_start"] == 2
+    assert summary.busy_ms == pytest.approx(7.0 + 10.0)  # [8,15) and [20,30)
 
 
 def test_no_window_with_all_requests_decoding_is_said(tmp_path):
