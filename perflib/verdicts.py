@@ -10,6 +10,7 @@ with the number and the threshold that decided it.
 
 from __future__ import annotations
 
+import functools
 import math
 import operator
 import re
@@ -186,6 +187,16 @@ def _unknown_classes(tables: DerivedTables, scope: Scope) -> Measured | None:
                               f"(classes seen: {', '.join(sorted(seen))})")
 
 
+def _named_classes(func: Callable[[DerivedTables, Scope], Measured]) -> Callable[[DerivedTables, Scope], Measured]:
+    """For a class measurement: "not measured" first where no trace has any of the named classes."""
+
+    @functools.wraps(func)
+    def measured(tables: DerivedTables, scope: Scope) -> Measured:
+        return _unknown_classes(tables, scope) or func(tables, scope)
+
+    return measured
+
+
 def _classes_label(scope: Scope) -> str:
     return "+".join(scope.classes) or "(no class named)"
 
@@ -285,11 +296,9 @@ def gap_scaling(tables: DerivedTables, scope: Scope) -> Measured:
 
 
 @measurement("class_share", unit="fraction")
+@_named_classes
 def class_share(tables: DerivedTables, scope: Scope) -> Measured:
     """Time of the named kernel classes as a share of the trace window."""
-    unknown = _unknown_classes(tables, scope)
-    if unknown is not None:
-        return unknown
     sums = _class_sum(tables, scope)
     if sums is None or not sums.get("window_ms"):
         return _no_trace(tables, scope)
@@ -299,11 +308,9 @@ def class_share(tables: DerivedTables, scope: Scope) -> Measured:
 
 
 @measurement("class_ms_per_step", unit="ms")
+@_named_classes
 def class_ms_per_step(tables: DerivedTables, scope: Scope) -> Measured:
     """Time of the named kernel classes per decode step."""
-    unknown = _unknown_classes(tables, scope)
-    if unknown is not None:
-        return unknown
     sums = _class_sum(tables, scope)
     if sums is None:
         return _no_trace(tables, scope)
@@ -313,12 +320,10 @@ def class_ms_per_step(tables: DerivedTables, scope: Scope) -> Measured:
 
 
 @measurement("class_scaling", unit="ratio")
+@_named_classes
 def class_scaling(tables: DerivedTables, scope: Scope) -> Measured:
     """Class ms per step at batch B over batch 1, divided by B (1.0 = grows like the batch)."""
     b = scope.batch
-    unknown = _unknown_classes(tables, scope)
-    if unknown is not None:
-        return unknown
     sums_b, sums_1 = _class_sum(tables, scope), _class_sum(tables, scope, 1)
     if sums_b is None:
         return _no_trace(tables, scope)
@@ -334,11 +339,9 @@ def class_scaling(tables: DerivedTables, scope: Scope) -> Measured:
 
 
 @measurement("class_dispatches", unit="count")
+@_named_classes
 def class_dispatches(tables: DerivedTables, scope: Scope) -> Measured:
     """Dispatch count of the named kernel classes in the window (and per step)."""
-    unknown = _unknown_classes(tables, scope)
-    if unknown is not None:
-        return unknown
     sums = _class_sum(tables, scope)
     if sums is None:
         return _no_trace(tables, scope)
