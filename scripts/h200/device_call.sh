@@ -18,5 +18,9 @@ cat "$WORK/campaign.log"
 tail -3 "$WORK"/*.sweep.log 2>/dev/null
 { tail -50 "$WORK/build.log"; cat "$WORK/gpu.txt" "$WORK/bandwidth.json" "$WORK/cut.log"; } > "$OUT/logs.txt" 2>&1
 cat "$WORK"/*.sweep.log > "$OUT/sweeps.txt" 2>/dev/null
+if [ -f "$WORK/traced.done" ] && [ -f "$WORK/traced.server.log.cupti" ]; then  # the whole trace, if it fits the 16 MiB limit
+  gzip -1 -c "$WORK/traced.server.log.cupti" > "$WORK/cupti.txt.gz"
+  [ "$(stat -c %s "$WORK/cupti.txt.gz")" -lt 16000000 ] && cp "$WORK/cupti.txt.gz" "$OUT/"
+fi
 [ -d "$WORK/raw" ] && tar czf "$OUT/raw.tgz" -C "$WORK" raw && ls -la "$OUT"
 kill -0 "$(cat "$WORK/campaign.pid")" 2>/dev/null && echo "STILL RUNNING" || echo "CAMPAIGN FINISHED"
