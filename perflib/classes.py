@@ -78,6 +78,8 @@ def base_name(kernel: str) -> str:
     signature (`compiled Cf2I...`, `Memcpy HtoD (Pageable -> Device)`) are kept whole.
     """
     name = kernel.strip()
+    if name.startswith("_Z"):
+        return _mangled_base(name) or name
     if "<" not in name and "(" not in name and "::" not in name:
         return name
     # cut the parameter list: the first '(' outside template brackets
@@ -108,6 +110,43 @@ def base_name(kernel: str) -> str:
         head = head.split(" ")[-1]
     head = head.rsplit("::", 1)[-1].strip()
     return head or name
+
+
+_SOURCE_NAME = re.compile(r"(\d+)")
+
+
+def _mangled_base(name: str) -> str | None:
+    """The identifier of an Itanium-mangled name without demangling it: the last length-prefixed
+    component of the (possibly nested) name, before any template arguments or parameters.
+
+    `_Z13mul_mat_vec_qIL9ggml_type2ELi8E...` → `mul_mat_vec_q`; `_ZN4mlx4core15qmv_kernelI...EEvPK6__half`
+    → `qmv_kernel`; `_Z15addition_kernelIfEvPT_PKfS3_ii.kd` → `addition_kernel`. CUPTI's text sample,
+    rocprofv3 `-M` and stripped builds give such names; `None` when the name does not parse. A nested
+    name whose inner component has template arguments stops at that component (kernels are rarely
+    members of class templates).
+    """
+    pos = 2
+    nested = name.startswith("N", pos)
+    if nested:
+        pos += 1
+        while pos < len(name) and name[pos] in "rVKRO":  # cv- and ref-qualifiers of a nested name
+            pos += 1
+    last = None
+    while pos < len(name):
+        if name.startswith("St", pos):  # std::
+            pos += 2
+            continue
+        match = _SOURCE_NAME.match(name, pos)
+        if match is None:
+            break
+        start = match.end()
+        end = start + int(match.group(1))
+        if end > len(name):
+            return None
+        last, pos = name[start:end], end
+        if not nested:
+            break
+    return last
 
 
 def _rules_from(data: Any, where: str) -> tuple[list[ClassRule], list[str], list[str]]:
@@ -145,6 +184,12 @@ def _rules_from(data: Any, where: str) -> tuple[list[ClassRule], list[str], list
 def builtin_backends() -> list[str]:
     """Names of the shipped class tables (`perflib/data/classes/*.yaml`)."""
     return sorted(p.stem for p in TABLES_DIR.glob("*.yaml") if not p.name.startswith("_"))
+
+
+def builtin_class_names() -> frozenset[str]:
+    """Every class a shipped table can give, and `other`: a candidate naming anything else has a typo
+    or needs its own table."""
+    return frozenset({OTHER} | {r.kernel_class for b in builtin_backends() for r in load_builtin(b).rules})
 
 
 @lru_cache(maxsize=32)
