@@ -20,6 +20,8 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
+from perflib.classes import OTHER
+
 if TYPE_CHECKING:
     from perflib.campaign import Campaign, CandidateSpec, GateSpec
     from perflib.derive import DerivedTables
@@ -44,6 +46,7 @@ class Scope:
     peak_bandwidth_gbs: float | None = None
     profiler: str | None = None
     trace_note: str | None = None  # why this arm has no trace (a traced arm whose capture was lost)
+    known_classes: frozenset[str] | None = None  # classes the class tables can give (None: unchecked)
     no_requests: str | None = None  # why this backend has no request records (a trace-only backend)
 
     def describe(self) -> str:
@@ -174,17 +177,33 @@ def _class_sum(tables: DerivedTables, scope: Scope, batch: int | None = None) ->
     return {col: _median(frame, col)[0] for col in frame.columns}
 
 
-def _unknown_classes(tables: DerivedTables, scope: Scope) -> Measured | None:
-    """"Not measured" when no trace of the scope (any batch) has a kernel of the named classes.
+UNCLASSIFIED_MAX = 0.01
+"""Above this share of kernel time in class `other`, a named class that no trace has is "not measured"."""
 
-    A typo or a class the backend's table lacks would otherwise sum to 0 ms and read as ruled out.
+
+def _unknown_classes(tables: DerivedTables, scope: Scope) -> Measured | None:
+    """"Not measured" when no trace of the scope (any batch) has a kernel of the named classes and either
+    no class table knows them or the traces hold unclassified (`other`) kernel time that could be them.
+
+    A typo or a class the backend's table lacks would otherwise sum to 0 ms and read as ruled out. Where
+    the classes are real and (nearly) every kernel is classified, they are truly absent: 0 ms is a
+    measurement (llama.cpp's batch-8 decode runs no GEMM, for example).
     """
     cls = _select(tables.classes, replace(scope, batch=None))
     seen = set(cls["kernel_class"].astype(str)) if cls is not None and len(cls) else set()
     if not seen or seen & set(scope.classes):
         return None
+    if scope.known_classes is not None and not set(scope.classes) & scope.known_classes:
+        return Measured(None, "", f"no class table has class {_classes_label(scope)} (classes seen in the traces "
+                                  f"at {_where(scope)}: {', '.join(sorted(seen))})")
+    time_ms = pd.to_numeric(cls["time_ms"], errors="coerce").fillna(0)
+    total = float(time_ms.sum())
+    other = float(time_ms[cls["kernel_class"].astype(str) == OTHER].sum())
+    if total > 0 and other / total <= UNCLASSIFIED_MAX:
+        return None
+    unclassified = f"; {_pct(other / total)} of kernel time is unclassified" if total > 0 else ""
     return Measured(None, "", f"no kernel of class {_classes_label(scope)} in the traces at {_where(scope)} "
-                              f"(classes seen: {', '.join(sorted(seen))})")
+                              f"(classes seen: {', '.join(sorted(seen))}{unclassified})")
 
 
 def _named_classes(func: Callable[[DerivedTables, Scope], Measured]) -> Callable[[DerivedTables, Scope], Measured]:
@@ -303,8 +322,24 @@ def class_share(tables: DerivedTables, scope: Scope) -> Measured:
     if sums is None or not sums.get("window_ms"):
         return _no_trace(tables, scope)
     value = sums["time_ms"] / sums["window_ms"]
+    instead = ""
+    if not sums["time_ms"]:  # absent: say what ran instead
+        top = _top_class(tables, scope)
+        instead = f"; the largest class is {top}" if top else ""
     return Measured(value, f"{_classes_label(scope)} {sums['time_ms']:.1f} of {sums['window_ms']:.1f} ms "
-                           f"in the window ({_pct(value)}, {sums['count']:.0f} dispatches)")
+                           f"in the window ({_pct(value)}, {sums['count']:.0f} dispatches{instead})")
+
+
+def _top_class(tables: DerivedTables, scope: Scope) -> str | None:
+    """The class with the most kernel time at the scope, with its share of kernel time (median over repeats)."""
+    cls = _select(tables.classes, scope)
+    if cls is None or not len(cls):
+        return None
+    share = cls.assign(share=pd.to_numeric(cls["share"], errors="coerce")).groupby("kernel_class")["share"].median()
+    if share.dropna().empty:
+        return None
+    name = str(share.idxmax())
+    return f"{name} ({_pct(float(share.max()))} of kernel time)"
 
 
 @measurement("class_ms_per_step", unit="ms")
@@ -489,6 +524,7 @@ class Context:
     bandwidth: dict[str, float | None] = field(default_factory=dict)
     profilers: dict[str, str] = field(default_factory=dict)
     trace_notes: dict[str, str] = field(default_factory=dict)  # arm -> why it has no trace
+    known_classes: frozenset[str] | None = None
     no_requests: dict[str, str] = field(default_factory=dict)  # backend -> why it has no request records
 
     @classmethod
@@ -502,7 +538,24 @@ class Context:
                    batches=tuple(sorted(campaign.batches)), contexts=tuple(sorted(campaign.contexts)),
                    weight_bytes=campaign.model.weight_bytes, kv_bytes_per_token=campaign.model.kv_bytes_per_token,
                    bandwidth={b.name: b.peak_bandwidth_gbs for b in campaign.backends},
-                   profilers={b.name: b.profiler.kind for b in campaign.backends})
+                   profilers={b.name: b.profiler.kind for b in campaign.backends},
+                   known_classes=_known_classes(campaign))
+
+
+def _known_classes(campaign: Campaign) -> frozenset[str]:
+    """The shipped tables' classes plus those of the campaign's own class files."""
+    from pathlib import Path
+
+    from perflib.classes import builtin_class_names, load_class_file
+
+    names = set(builtin_class_names())
+    for backend in campaign.backends:
+        file = Path(backend.kernel_classes or "")
+        if file.suffix in (".yaml", ".yml"):
+            file = file if file.is_absolute() else campaign.path.parent / file
+            if file.is_file():
+                names |= {r.kernel_class for r in load_class_file(file).rules}
+    return frozenset(names)
 
 
 def scopes(candidate: CandidateSpec, ctx: Context) -> list[Scope]:
@@ -527,6 +580,7 @@ def scopes(candidate: CandidateSpec, ctx: Context) -> list[Scope]:
                                  weight_bytes=ctx.weight_bytes, kv_bytes_per_token=ctx.kv_bytes_per_token,
                                  peak_bandwidth_gbs=ctx.bandwidth.get(backend), profiler=ctx.profilers.get(backend),
                                  trace_note=ctx.trace_notes.get(arm) if arm else None,
+                                 known_classes=ctx.known_classes,
                                  no_requests=ctx.no_requests.get(backend)))
     return out
 

@@ -301,17 +301,38 @@ def test_seed_before_after_and_gate(seed):
     assert f"{regression:+.1f}%" in fails.line or f"{regression:.1f}%" in fails.line
 
 
-def test_a_class_no_trace_has_is_not_measured_rather_than_ruled_out():
-    """A typo or a class missing from the backend's table must not sum to 0 ms and read as ruled out."""
+def _class_tables(rows: list[tuple[str, float]]) -> DerivedTables:
     keys = {"campaign": "c", "arm": "a", "backend": "b", "batch": 4, "context": 1, "repeat": 1}
-    tables = DerivedTables(
+    return DerivedTables(
         runs=pd.DataFrame([{**keys, "status": "complete"}]),
         trace_runs=pd.DataFrame([{**keys, "window_ms": 50.0, "steps": 5, "busy_ms": 40.0, "gap_ms": 10.0}]),
-        classes=pd.DataFrame([{**keys, "kernel_class": "gemm", "time_ms": 30.0, "count": 10, "ms_per_step": 6.0,
-                               "share": 0.6}]),
+        classes=pd.DataFrame([{**keys, "kernel_class": c, "time_ms": t, "count": 10, "ms_per_step": t / 5,
+                               "share": t / 40.0} for c, t in rows]),
         kernels=pd.DataFrame(), gaps=pd.DataFrame(), steps=pd.DataFrame())
-    scope = v.Scope(arm="a", backend="b", batch=4, classes=("gemmm",))
-    typo = v.MEASUREMENTS["class_share"].func(tables, scope)
+
+
+def test_a_class_no_trace_has_is_not_measured_rather_than_ruled_out():
+    """A typo or a class missing from the backend's table must not sum to 0 ms and read as ruled out."""
+    from perflib.classes import builtin_class_names
+
+    tables = _class_tables([("gemm", 30.0), ("norm", 10.0)])
+    known = builtin_class_names()
+    typo = v.MEASUREMENTS["class_share"].func(tables, v.Scope(arm="a", backend="b", batch=4, classes=("gemmm",),
+                                                              known_classes=known))
     assert typo.value is None and "gemmm" in typo.why and "gemm" in typo.why
-    real = v.MEASUREMENTS["class_share"].func(tables, v.Scope(arm="a", backend="b", batch=4, classes=("gemm",)))
+    real = v.MEASUREMENTS["class_share"].func(tables, v.Scope(arm="a", backend="b", batch=4, classes=("gemm",),
+                                                              known_classes=known))
     assert real.value == pytest.approx(30.0 / 50.0)
+
+
+def test_a_real_class_absent_from_a_fully_classified_trace_measures_zero():
+    """llama.cpp's batch-8 decode runs no GEMM: with every kernel classified, that absence is 0%, not a gap."""
+    from perflib.classes import builtin_class_names
+
+    scope = v.Scope(arm="a", backend="b", batch=4, classes=("gemm", "dequantize"), known_classes=builtin_class_names())
+    absent = v.MEASUREMENTS["class_share"].func(_class_tables([("mul_mat_vec", 30.0), ("norm", 10.0)]), scope)
+    assert absent.value == 0.0 and "0.0%" in absent.text
+    assert v.decide(absent.value, ">= 20%", "< 5%", "fraction")[0] == v.RULED_OUT
+    # but where a tenth of the kernel time is unclassified, the class could hide there: not measured
+    hidden = v.MEASUREMENTS["class_share"].func(_class_tables([("mul_mat_vec", 36.0), ("other", 4.0)]), scope)
+    assert hidden.value is None and "10.0% of kernel time is unclassified" in hidden.why
