@@ -104,7 +104,7 @@ def trace_rows(campaign: Campaign, arm: str, backend: str, run_dir: Path, keys: 
     path = trace_path(campaign, run, campaign.data_dir)
     if path is None:
         kind = spec.profiler.kind if spec else "unknown"
-        return None, f"no kernel trace for backend {backend} (profiler: {kind})"
+        return None, f"arm {arm}: no kernel trace for backend {backend} (profiler: {kind})"
     if not path.exists():
         return None, f"{run.label}: trace path {path} does not exist"
     from perflib import attribution, classes, traces

@@ -9,6 +9,7 @@ file names only. Kernel names and other free text pass through `escape_md`.
 from __future__ import annotations
 
 import datetime as dt
+import itertools
 import math
 import os
 import re
@@ -215,14 +216,16 @@ def floor_table(tables: DerivedTables, campaign: Campaign) -> pd.DataFrame:
 
 def before_after_table(tables: DerivedTables, arms: Sequence[str], columns: Sequence[str] = (
         "decode_step_ms", "decode_tok_s")) -> pd.DataFrame:
-    """Per level and column: the baseline (first) arm's and each other arm's median with % change."""
+    """Per level and column: each arm's median against the arm before it in `arms`, with % change.
+
+    Arms form a chain of changes (before → after → after-kvu): each row answers "did this change help"
+    against the configuration it changed, not against the first arm."""
     levels = level_table(tables)
     if len(arms) < 2 or not len(levels):
         return pd.DataFrame(columns=["backend", "batch", "context", "measure", "baseline", "arm", "before",
                                      "after", "runs_before", "runs_after", "change_pct"])
-    base = arms[0]
     rows = []
-    for arm in arms[1:]:
+    for base, arm in itertools.pairwise(arms):
         for (backend, batch, context), at in levels.groupby(["backend", "batch", "context"], sort=True):
             b = at[at["arm"].astype(str) == base]
             a = at[at["arm"].astype(str) == arm]
