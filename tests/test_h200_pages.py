@@ -113,13 +113,24 @@ def test_before_after_step_change_and_gate_from_raw_counters():
         row = (f"| llamacpp-cuda | 1 | {context} | decode\\_step\\_ms | before → after | {before:.2f} ms | "
                f"{after:.2f} ms | 3 / 3 | {change:+.1f}% |")
         assert row in section
-        tok_before = _level("cuda-h200", "before", "llamacpp-cuda", 1, context, _tok_s)
-        tok_after = _level("cuda-h200", "after", "llamacpp-cuda", 1, context, _tok_s)
-        regression = -100 * (tok_after - tok_before) / tok_before
-        gate = [line for line in section.splitlines() if line.startswith("- Gate:") and f"context {context})" in line]
-        assert len(gate) == 1
-        assert f"regression {regression:.1f}%" in gate[0]
-        assert gate[0].endswith(": pass" if regression <= 3 else ": FAIL")
+        for base, arm in (("before", "after"), ("after", "after-kvu")):
+            tok_before = _level("cuda-h200", base, "llamacpp-cuda", 1, context, _tok_s)
+            tok_after = _level("cuda-h200", arm, "llamacpp-cuda", 1, context, _tok_s)
+            regression = -100 * (tok_after - tok_before) / tok_before
+            gate = [line for line in section.splitlines() if line.startswith("- Gate:")
+                    and f"context {context})" in line and f"({base}) to " in line and f"({arm})," in line]
+            assert len(gate) == 1
+            assert f"regression {regression:.1f}%" in gate[0]
+            assert gate[0].endswith(": pass" if regression <= 3 else ": FAIL")
+    # arms chain: after-kvu is compared with after, the configuration it changed, not with before
+    for batch in (1, 4, 8):
+        for context in (1024, 16384):
+            after = _level("cuda-h200", "after", "llamacpp-cuda", batch, context, _step_ms)
+            kvu = _level("cuda-h200", "after-kvu", "llamacpp-cuda", batch, context, _step_ms)
+            row = (f"| llamacpp-cuda | {batch} | {context} | decode\\_step\\_ms | after → after-kvu | {after:.2f} ms | "
+                   f"{kvu:.2f} ms | 3 / 3 | {100 * (kvu - after) / after:+.1f}% |")
+            assert row in section
+    assert "before → after-kvu" not in section
     # the traced arm stays out of the comparison, and is reported against `after` instead
     assert "before → after-cupti" not in section
     assert "after → after-cupti" in section
@@ -153,24 +164,83 @@ def test_ratio_table_has_the_cpu_reference_row_and_unmeasured_rocm_metal():
         row = (f"| cpu | CPU llama-server demo campaign (cpu-reference) | {context} | 4 | {one:.2f} ms | "
                f"{four:.2f} ms | {four / one:.2f}x |")
         assert row in section
-    one = _level("cuda-h200", "after", "llamacpp-cuda", 1, 1024, _step_ms)
-    eight = _level("cuda-h200", "after", "llamacpp-cuda", 8, 1024, _step_ms)
+    one = _level("cuda-h200", "after-kvu", "llamacpp-cuda", 1, 1024, _step_ms)  # the last compared arm
+    eight = _level("cuda-h200", "after-kvu", "llamacpp-cuda", 8, 1024, _step_ms)
     assert f"| llamacpp-cuda | this campaign | 1024 | 8 | {one:.2f} ms | {eight:.2f} ms | {eight / one:.2f}x |" in section
     for backend in ("rocm", "metal"):
         line = next(x for x in section.splitlines() if x.startswith(f"| {backend} |"))
         assert "not measured: no ROCm or Metal machine was available" in line
 
 
-def test_cuda_verdicts_say_why_trace_candidates_are_not_measured():
-    section = _section(_committed_page("cuda-h200").read_text(), "Verdicts")
-    for label in ("GEMM/dequant route", "per-row weight streaming", "host-side work"):
-        lines = [x for x in section.splitlines() if x.startswith(f"| {label}")]
-        assert len(lines) == 2 and all("| not measured |" in x and "CUPTI kernel trace" in x for x in lines)
+def _cupti_level(batch: int, context: int) -> dict:
+    """The traced arm's decode window computed from the raw files alone (SERVERS.md §5.2): request times
+    (CLOCK_MONOTONIC) moved onto the trace's CLOCK_REALTIME by the level clocks, kernel and copy intervals
+    from trace.parquet unioned and clipped to the window, steps = the median request's chunks inside it."""
+    import pyarrow.parquet as pq
+
+    run = REPO / "data/raw/cuda-h200/after-cupti/llamacpp-cuda" / f"b{batch}_c{context}_r1"
+    manifest = json.loads((run / "manifest.json").read_text())
+    offset = manifest["clocks"]["start"]["realtime_ns"] - manifest["clocks"]["start"]["monotonic_ns"]
+    records = [r for r in _records(run) if r.get("ok")]
+    lo = max(r["first_token_ns"] for r in records)
+    hi = min(r["last_token_ns"] for r in records)
+    steps = statistics.median_low(sorted(sum(1 for t in r["chunk_ns"] if lo < t <= hi) for r in records))
+    lo, hi = lo + offset, hi + offset
+    table = pq.read_table(run / "trace.parquet").to_pylist()
+    inside = [(max(d["start_ns"], lo), min(d["end_ns"], hi), d["kernel"]) for d in table
+              if d["end_ns"] > lo and d["start_ns"] < hi]
+    busy, cur_s, cur_e = 0, None, None
+    for s, e, _ in sorted(inside):
+        if cur_e is None or s > cur_e:
+            busy += (cur_e - cur_s) if cur_e is not None else 0
+            cur_s, cur_e = s, e
+        else:
+            cur_e = max(cur_e, e)
+    busy += (cur_e - cur_s) if cur_e is not None else 0
+    gemv = sum(e - s for s, e, k in inside if "mul_mat_vec" in k)
+    return {"steps": steps, "window_ms": (hi - lo) / 1e6, "busy_ms": busy / 1e6, "gemv_ms": gemv / 1e6,
+            "names": {k for _, _, k in inside}}
+
+
+@pytest.mark.parametrize("context", [1024, 16384])
+def test_cupti_busy_gap_split_from_the_raw_trace(context):
+    """GPU busy and host gap per step of the traced arm, recomputed from trace.parquet and requests.jsonl."""
+    text = _committed_page("cuda-h200").read_text()
+    profile = _section(text, "Profile: GPU busy versus host gaps per step")
+    for batch in (1, 4, 8):
+        level = _cupti_level(batch, context)
+        step, busy = level["window_ms"] / level["steps"], level["busy_ms"] / level["steps"]
+        row = (f"| after-cupti | llamacpp-cuda | {batch} | {context} | 1 | {level['steps']} | {step:.2f} ms | "
+               f"{busy:.2f} ms | {step - busy:.2f} ms | {100 * busy / step:.1f}% |")
+        assert row in profile
+    verdicts = _section(text, "Verdicts")
+    eight = _cupti_level(8, context)
+    gap, step = (eight["window_ms"] - eight["busy_ms"]) / eight["steps"], eight["window_ms"] / eight["steps"]
+    line = next(x for x in verdicts.splitlines() if x.startswith("| host-side work") and f"context {context} |" in x)
+    expected = "confirmed" if gap / step >= 0.30 else "ruled out" if gap / step < 0.15 else "inconclusive"
+    assert f"host gaps {gap:.1f} of {step:.1f} ms per step" in line and f"| {expected} |" in line
+
+
+@pytest.mark.parametrize("context", [1024, 16384])
+def test_cupti_gemv_scaling_and_absent_gemm_from_the_raw_trace(context):
+    """llama.cpp's batch-8 projections stay on mul_mat_vec_q: no GEMM or dequantize kernel in the window,
+    and the GEMV time per step grows far slower than the batch (the weights are not streamed per row)."""
+    verdicts = _section(_committed_page("cuda-h200").read_text(), "Verdicts")
+    one, eight = _cupti_level(1, context), _cupti_level(8, context)
+    assert not [n for n in eight["names"] if re.search(r"(?i)gemm|cublas|nvjet|dequantize|convert", n)]
+    line = next(x for x in verdicts.splitlines() if x.startswith("| GEMM/dequant route") and f"context {context} |" in x)
+    assert "| ruled out |" in line and "(0.0%, 0 dispatches" in line
+    per_step_1, per_step_8 = one["gemv_ms"] / one["steps"], eight["gemv_ms"] / eight["steps"]
+    ratio = per_step_8 / per_step_1
+    line = next(x for x in verdicts.splitlines()
+                if x.startswith("| per-row weight streaming") and f"context {context} |" in x)
+    assert f"{per_step_8:.1f} ms per step at batch 8 over {per_step_1:.1f} at batch 1: {ratio:.2f}x" in line
+    expected = "confirmed" if ratio / 8 >= 0.75 else "ruled out" if ratio / 8 <= 0.5 else "inconclusive"
+    assert f"| {expected} |" in line
     # interleaved prefill: decided from the own-step share, which the request records give
-    for context in (1024, 16384):
-        line = next(x for x in section.splitlines()
-                    if x.startswith("| interleaved prefill | arm after,") and f"context {context} |" in x)
-        assert "| confirmed |" in line or "| ruled out |" in line or "| inconclusive |" in line
+    line = next(x for x in verdicts.splitlines()
+                if x.startswith("| interleaved prefill | arm after,") and f"context {context} |" in x)
+    assert "| confirmed |" in line or "| ruled out |" in line or "| inconclusive |" in line
 
 
 # -------------------------------------------------------------------------- the Kineto traces
@@ -239,7 +309,7 @@ def test_campaign_keys_for_traced_arms_and_trace_only_backends(tmp_path):
     from perflib.errors import InputError
 
     h200 = load_campaign(REPO / "campaigns" / "cuda-h200.yaml")
-    assert [a.name for a in h200.compared_arms] == ["before", "after"]
+    assert [a.name for a in h200.compared_arms] == ["before", "after", "after-kvu"]
     assert h200.arm("after-cupti").role == "traced" and h200.arm("after-cupti").of == "after"
     assert h200.compare_with[0].campaign == (REPO / "campaigns" / "cpu-reference.yaml").resolve()
     pytorch = load_campaign(REPO / "campaigns" / "h200-pytorch.yaml")
@@ -247,7 +317,7 @@ def test_campaign_keys_for_traced_arms_and_trace_only_backends(tmp_path):
     bad = (REPO / "campaigns" / "cuda-h200.yaml").read_text().replace("of: after", "of: aftr")
     (tmp_path / "bad.yaml").write_text(bad)
     line = bad.splitlines().index(next(x for x in bad.splitlines() if "of: aftr" in x)) + 1
-    with pytest.raises(InputError, match=rf"arms\[2\]\.of \(line {line}\).*'aftr'"):
+    with pytest.raises(InputError, match=rf"arms\[3\]\.of \(line {line}\).*'aftr'"):
         load_campaign(tmp_path / "bad.yaml")
 
 
@@ -269,3 +339,50 @@ def test_analyze_notebook_runs_on_the_h200_campaign(tmp_path):
                    for c in cells if c["cell_type"] == "code" for o in c.get("outputs", []))
     assert "after-cupti" in text and "llamacpp-cuda" in text
     assert "decode_tok_s at batch 1, regression at most 3%" in text
+
+
+# ------------------------------------------------------------------- the graph-reuse probe
+
+
+def _reuse_groups(log: Path) -> list[tuple[int, int]]:
+    """(requests, graphs reused during them) per repeat, from the probe's filtered server log: each repeat
+    is a warm-up request (a few tokens) followed by its decode requests (128 tokens each)."""
+    rows = re.findall(r"eval time = +[0-9.]+ ms / +(\d+) tokens.*\n.*graphs reused = +(\d+)", log.read_text())
+    groups, base, current = [], None, []
+    for tokens, reused in ((int(t), int(r)) for t, r in rows):
+        if tokens < 128:  # a warm-up request opens the next repeat
+            if current:
+                groups.append((len(current), max(current) - base))
+            base, current = reused, []
+        else:
+            current.append(reused)
+    if current:
+        groups.append((len(current), max(current) - base))
+    return groups
+
+
+def test_graph_reuse_probe_figures_from_the_raw_files():
+    """The probe's note: per-repeat batch-4 steps from the raw counters, and reuse read from the server log.
+    Every batch-4 repeat that reused its graph is faster than every one that did not; --kv-unified reused
+    it in all six."""
+    base = REPO / "data/raw/cuda-h200/experiments/graph-reuse"
+    notes = _section(_committed_page("cuda-h200").read_text(), "Notes")
+    fast, slow = [], []
+    for cfg in ("fa-on", "fa-on-kvu", "fa-off"):
+        groups = _reuse_groups(base / cfg / "server.log")
+        phases = sorted(p for p in (base / cfg).iterdir() if p.is_dir())
+        assert [p.name for p in phases] == ["1-b4-c1024", "2-b1-c16384", "3-b4-c1024"]
+        steps = [[_step_ms(r) for r in sorted(p.glob("b*_r*"))] for p in phases]
+        assert [len(s) for s in steps] == [3, 3, 3] and len(groups) == 9
+        b4 = steps[0] + steps[2]
+        reuse = groups[:3] + groups[6:]
+        assert all(n == 4 for n, _ in reuse)
+        for step, (_, reused) in zip(b4, reuse, strict=True):
+            (fast if reused >= 100 else slow).append(step)
+        if cfg == "fa-on-kvu":
+            assert all(reused >= 100 for _, reused in reuse)
+        figures = ", ".join(f"{x:.2f}" for x in steps[0]) + " ms, then " + ", ".join(f"{x:.2f}" for x in steps[2])
+        assert figures in notes.replace("\n", " "), (cfg, figures)
+    assert fast and slow and max(fast) < min(slow)
+    r1, r2, r3 = (_step_ms(r) for r in sorted((REPO / "data/raw/cuda-h200/after/llamacpp-cuda").glob("b4_c1024_r*")))
+    assert f"r1 stepped {r1:.2f} ms, r2 and r3 {r2:.2f} and {r3:.2f} ms" in notes.replace("\n", " ")
