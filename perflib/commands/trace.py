@@ -1,4 +1,5 @@
-"""`perflib trace summary`: GPU busy versus host gaps, gap sizes, steps, kernels and classes of a trace."""
+"""`perflib trace summary`: GPU busy versus host gaps, gap sizes, steps, kernels and classes of a trace.
+`perflib trace cut`: one server-lifetime trace cut into the level windows of a sweep's run folders."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ WINDOW_HELP = (
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    """Add `trace` with its sub-command `summary`."""
+    """Add `trace` with its sub-commands `summary` and `cut`."""
     trace = subparsers.add_parser("trace", help="attribute profiler traces to GPU kernels and host gaps")
     sub = trace.add_subparsers(dest="trace_command", required=True, metavar="SUBCOMMAND")
     p = sub.add_parser(
@@ -41,6 +42,25 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--top", metavar="N", type=int, default=10, help="kernels and largest gaps to list (default 10)")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of tables")
     p.set_defaults(func=run_summary)
+
+    c = sub.add_parser(
+        "cut",
+        help="cut one server-lifetime trace into the level windows of a sweep's run folders",
+        description=(
+            "Profile the server once for a whole sweep, then cut: every run folder below RUNS_DIR whose "
+            "manifest has level clocks gets trace.parquet, the dispatches overlapping its level window "
+            "+- the margin, on the trace's own clock (aligned as `trace summary --manifest` does), and its "
+            "manifest gets trace_path and trace_cut. `perflib campaign report` then attributes each level "
+            "over its decode window. Prints one line per run folder: dispatches and kernels kept, window, "
+            "file size. Exit status 1 when a cut window holds no kernel (a clock or process mismatch)."
+        ),
+    )
+    c.add_argument("path", metavar="TRACE", help="the trace of the server's lifetime (any format `trace summary` reads)")
+    c.add_argument("runs_dir", metavar="RUNS_DIR", help="a `perflib sweep --out` folder (or one run folder)")
+    c.add_argument("--margin-ms", type=float, default=50.0, help="kept on each side of the level window (default 50 ms)")
+    c.add_argument("--repeats", type=int, metavar="N", help="keep the cuts of repeats 1..N only (to commit less)")
+    c.add_argument("--json", action="store_true", help="print one JSON object instead of lines")
+    c.set_defaults(func=run_cut)
 
 
 def _window(args: argparse.Namespace, trace: object):  # -> Window | None
@@ -88,6 +108,42 @@ def run_summary(args: argparse.Namespace) -> int:
     else:
         print(format_summary(summary, trace))
     return 0
+
+
+def run_cut(args: argparse.Namespace) -> int:
+    """Read the trace once, cut every run folder's level window, print what each got."""
+    import json
+
+    from perflib.errors import PerflibError
+    from perflib.traces import read_trace
+    from perflib.traces.cut import cut_into_runs
+
+    if args.margin_ms < 0:
+        raise PerflibError(f"--margin-ms {args.margin_ms}: expected a margin >= 0 ms")
+    if args.repeats is not None and args.repeats < 1:
+        raise PerflibError(f"--repeats {args.repeats}: expected a count >= 1")
+    trace = read_trace(args.path)
+    cuts = cut_into_runs(trace, args.runs_dir, margin_ns=int(args.margin_ms * 1e6), repeats=args.repeats)
+    if args.json:
+        print(json.dumps({"path": str(args.path), "source": trace.source, "clock": trace.clock,
+                          "dispatches": len(trace.dispatches), "runs": [
+                              {"run_dir": str(c.run_dir), "path": str(c.path) if c.path else None,
+                               "dispatches": c.dispatches, "kernels": c.kernels, "start_ns": c.start_ns,
+                               "end_ns": c.end_ns, "clock": c.clock or None, "note": c.note or None}
+                              for c in cuts]}))
+    else:
+        for c in cuts:
+            if c.path is None:
+                print(f"{c.run_dir}: skipped, {c.note}")
+                continue
+            window_ms = (c.end_ns - c.start_ns) / 1e6
+            warn = f"  WARNING: {c.note}" if c.note else ""
+            print(f"{c.run_dir}: {c.dispatches} dispatches ({c.kernels} kernels) in {window_ms:.1f} ms "
+                  f"({c.clock} clock), {c.path.stat().st_size / 1e3:.0f} kB{warn}")
+        written = sum(1 for c in cuts if c.path is not None)
+        print(f"{written} level windows cut from {args.path} ({len(trace.dispatches)} dispatches, "
+              f"{trace.source}, clock {trace.clock})")
+    return 1 if any(c.empty for c in cuts) else 0
 
 
 def _f(x: float | None, fmt: str = "{:.3f}", unit: str = "") -> str:

@@ -91,7 +91,7 @@ traced() {  # the "after" arm's configuration under CUPTI, one repeat, cut to th
     --decode-tokens "$DECODE" --repeats 1 --out "$out" > "$WORK/traced.sweep.log" 2>&1
   local rc=$?
   stop_server
-  python3 scripts/h200/cut_run_traces.py --cupti "$WORK/traced.server.log.cupti" "$out" > "$WORK/cut.log" 2>&1 || rc=1
+  python3 -m perflib trace cut "$WORK/traced.server.log.cupti" "$out" > "$WORK/cut.log" 2>&1 || rc=1
   head -400 "$WORK/traced.server.log" > "$out/server.log"
   wc -l "$WORK/traced.server.log.cupti" >> "$WORK/cut.log"
   return $rc
