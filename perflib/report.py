@@ -215,7 +215,7 @@ def floor_table(tables: DerivedTables, campaign: Campaign) -> pd.DataFrame:
 
 
 def before_after_table(tables: DerivedTables, arms: Sequence[str], columns: Sequence[str] = (
-        "decode_step_ms", "decode_tok_s")) -> pd.DataFrame:
+        "decode_step_ms", "steady_step_ms", "decode_tok_s")) -> pd.DataFrame:
     """Per level and column: each arm's median against the arm before it in `arms`, with % change.
 
     Arms form a chain of changes (before → after → after-kvu): each row answers "did this change help"
@@ -455,28 +455,37 @@ def plot_step_over_floor(tables: DerivedTables, campaign: Campaign):
 
 
 def plot_before_after(tables: DerivedTables, arms: Sequence[str]):
-    """Decode step ms per level, one bar per arm (medians over repeats)."""
+    """Per level, one bar per arm (medians over repeats): the decode step from the counters, and beside
+    it the steady step (all requests decoding). At long context the counter step includes the steps
+    shared with other requests' prefill, so a change in how prefill overlaps decode moves the first
+    panel alone; the second shows the decode step itself."""
+    import matplotlib.pyplot as plt
+
     levels = level_table(tables)
-    fig, ax = _figure(max(6.4, 0.6 * levels[["backend", "batch", "context"]].drop_duplicates().shape[0] + 2)
-                      if len(levels) else 6.4)
+    n_keys = levels[["backend", "batch", "context"]].drop_duplicates().shape[0] if len(levels) else 0
+    fig, axes = plt.subplots(1, 2, figsize=(max(9.6, 1.0 * n_keys + 3), 3.6), dpi=100)
+    panels = (("decode_step_ms", "decode step, counters (ms)"), ("steady_step_ms", "steady step, client (ms)"))
     if len(levels) and len(arms) > 1:
         keys = levels[["backend", "batch", "context"]].drop_duplicates().sort_values(["backend", "batch", "context"])
         width = 0.8 / len(arms)
-        for i, arm in enumerate(arms):
-            values = []
-            for k in keys.itertuples(index=False):
-                at = levels[(levels["arm"].astype(str) == arm) & (levels["backend"] == k.backend)
-                            & (levels["batch"] == k.batch) & (levels["context"] == k.context)]
-                # a level one arm lacks is a gap in the plot, not a 0 ms step
-                values.append(float(at["decode_step_ms"].iloc[0]) if len(at) else float("nan"))
-            ax.bar([j + i * width for j in range(len(keys))], values, width=width, label=arm)
-        ax.set_xticks([j + width * (len(arms) - 1) / 2 for j in range(len(keys))])
-        ax.set_xticklabels([f"b{k.batch} c{k.context}" for k in keys.itertuples(index=False)], fontsize=7)
-        ax.legend(fontsize=8)
+        for ax, (column, title) in zip(axes, panels, strict=True):
+            for i, arm in enumerate(arms):
+                values = []
+                for k in keys.itertuples(index=False):
+                    at = levels[(levels["arm"].astype(str) == arm) & (levels["backend"] == k.backend)
+                                & (levels["batch"] == k.batch) & (levels["context"] == k.context)]
+                    # a level one arm lacks is a gap in the plot, not a 0 ms step
+                    values.append(float(at[column].iloc[0]) if len(at) else float("nan"))
+                ax.bar([j + i * width for j in range(len(keys))], values, width=width, label=arm)
+            ax.set_xticks([j + width * (len(arms) - 1) / 2 for j in range(len(keys))])
+            ax.set_xticklabels([f"b{k.batch} c{k.context}" for k in keys.itertuples(index=False)], fontsize=7)
+            ax.set_title(title, fontsize=10)
+            ax.set_ylabel("ms")
+        axes[0].legend(fontsize=8)
     else:
-        ax.text(0.5, 0.5, "one arm: no before/after", ha="center", va="center", transform=ax.transAxes)
-    ax.set_ylabel("decode step (ms)")
-    ax.set_title("Before / after")
+        for ax in axes:
+            ax.text(0.5, 0.5, "one arm: no before/after", ha="center", va="center", transform=ax.transAxes)
+    fig.suptitle("Before / after")
     fig.tight_layout()
     return fig
 
