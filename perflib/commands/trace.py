@@ -63,6 +63,25 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     c.set_defaults(func=run_cut)
 
 
+def _read(path: str, pre: object):  # -> Trace; pre: prefetch.Prefetch | None
+    """The trace, from the prefetched Kineto columns where the child delivered them, else read as usual
+    (which also gives the precise error for a bad file)."""
+    from pathlib import Path
+
+    from perflib.errors import InputError
+    from perflib.traces import read_trace
+
+    cols = pre.result() if pre is not None else None
+    if cols is not None:
+        from perflib.traces import kineto
+
+        try:
+            return kineto.build(cols, Path(path))
+        except InputError:
+            pass
+    return read_trace(path)
+
+
 def _window(args: argparse.Namespace, trace: object):  # -> Window | None
     from perflib import attribution
 
@@ -81,13 +100,16 @@ def _window(args: argparse.Namespace, trace: object):  # -> Window | None
 
 def run_summary(args: argparse.Namespace) -> int:
     """Read the trace, summarise the window, print a table or one JSON object."""
-    from perflib import attribution, classes
-    from perflib.errors import PerflibError
-    from perflib.traces import read_trace
+    from perflib.traces import prefetch
 
     if args.top < 0:
+        from perflib.errors import PerflibError
+
         raise PerflibError(f"--top {args.top}: expected a count >= 0")
-    trace = read_trace(args.path)
+    pre = prefetch.start(args.path)  # a large Kineto file is parsed in a child while pandas imports here
+    from perflib import attribution, classes
+
+    trace = _read(args.path, pre)
     window = _window(args, trace)
     if args.classes:
         table = classes.load_class_file(args.classes, None if args.backend == "auto" else args.backend)

@@ -3,6 +3,8 @@
 One `json.loads`, one pass that buckets the `ph: X` events by `cat`, then one comprehension per
 column. GPU work is `cat` in kernel / gpu_memcpy / gpu_memset; the API table is cuda_runtime and
 cuda_driver (HIP names in ROCm builds); markers are user_annotation and gpu_user_annotation.
+The read has two halves: `extract` (plain Python, column lists) and `build` (numpy and pandas), so
+that `perflib.traces.prefetch` can run the first in a forked child while the parent imports.
 
 Time: `ts`/`dur` are µs (integers before PyTorch ~2.3, floats with 3 decimals after). They become
 integer ns as `floor(x)*1000 + rint(frac(x)*1000)`: exact for integer µs up to 2^53 and, for
@@ -17,13 +19,13 @@ the tables are shifted to Unix ns and `clock` is `realtime`; meta carries `base_
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
-
-import numpy as np
+from typing import TYPE_CHECKING, Any
 
 from perflib.errors import InputError
-from perflib.traces import Trace, schema
-from perflib.traces.rocprof_json import load_json
+from perflib.traces import Trace
+
+if TYPE_CHECKING:
+    import numpy as np
 
 SOURCE = "kineto"
 GPU_KINDS = {"kernel": "kernel", "gpu_memcpy": "memcpy", "gpu_memset": "memset"}
@@ -33,6 +35,8 @@ MARKER_CATS = ("user_annotation", "gpu_user_annotation")
 
 def us_to_ns(values: np.ndarray) -> np.ndarray:
     """µs (int or 3-decimal float) -> int64 ns, splitting off the integer part to keep precision."""
+    import numpy as np
+
     values = np.asarray(values, dtype=np.float64)
     whole = np.floor(values)
     return whole.astype(np.int64) * 1000 + np.rint((values - whole) * 1000).astype(np.int64)
@@ -55,113 +59,130 @@ def _int(value: Any) -> int:
 
 def _ints(values: list) -> np.ndarray:
     """int64 ids; values that are not ints (None, hex strings, ...) go through `_int` (-1 unknown)."""
+    import numpy as np
+
     try:
         return np.array(values, dtype=np.int64)
     except (TypeError, ValueError, OverflowError):
         return np.array([_int(v) for v in values], dtype=np.int64)
 
 
-def _times(events: list[dict], index_of: Any, path: Path) -> tuple[np.ndarray, np.ndarray]:
+def _times(cols: dict[str, list], path: Path) -> tuple[np.ndarray, np.ndarray]:
+    """int64 ns start and end of one table's events; a missing, non-number or non-finite `ts`/`dur`
+    is an `InputError` naming the event's position in `traceEvents`."""
+    import numpy as np
+
     try:
-        ts = np.array([e["ts"] for e in events], dtype=np.float64)
-        dur = np.array([e.get("dur", 0) for e in events], dtype=np.float64)
-    except (KeyError, TypeError, ValueError):
-        for e in events:
-            for key in ("ts", "dur"):
-                value = e.get(key, 0) if key == "dur" else e.get(key)
+        ts = np.array(cols["ts"], dtype=np.float64)
+        dur = np.array(cols["dur"], dtype=np.float64)
+        bad = np.flatnonzero(~np.isfinite(ts) | ~np.isfinite(dur))
+    except (TypeError, ValueError):
+        bad = None
+    if bad is None or bad.size:
+        for j, (t, d) in enumerate(zip(cols["ts"], cols["dur"], strict=True)):
+            for key, value in (("ts", t), ("dur", d)):
                 if not isinstance(value, int | float) or isinstance(value, bool):
-                    where = f"traceEvents[{index_of(e)}].{key}"
-                    raise InputError(path, where, "a number of µs", repr(value)) from None
-        raise
-    bad = np.flatnonzero(~np.isfinite(ts) | ~np.isfinite(dur))
-    if bad.size:
+                    where = f"traceEvents[{cols['index'][j]}].{key}"
+                    raise InputError(path, where, "a number of µs", repr(value))
+        if bad is None:  # pragma: no cover - every value is a number, yet numpy refused them
+            raise InputError(path, "traceEvents", "ts and dur as numbers of µs")
         i = int(bad[0])
-        where = f"traceEvents[{index_of(events[i])}]"
-        raise InputError(path, where, "finite ts and dur (µs)", f"{ts[i]}, {dur[i]}")
+        raise InputError(path, f"traceEvents[{cols['index'][i]}]", "finite ts and dur (µs)", f"{ts[i]}, {dur[i]}")
     start = us_to_ns(ts)
     return start, start + us_to_ns(dur)
 
 
-def read_kineto(path: Path) -> Trace:
-    """A Kineto trace (`.json` / `.json.gz`) -> Trace."""
-    path = Path(path)
-    data = load_json(path)
+def extract(data: Any, path: Path) -> dict[str, Any]:
+    """First half of the read, plain Python only: the `ph: X` events by table, as column lists.
+
+    No numpy or pandas here, so that `perflib.traces.prefetch` can run it in a forked child while the
+    parent imports them. Each table keeps `index`, the events' positions in `traceEvents`, for errors.
+    """
     if not isinstance(data, dict) or not isinstance(data.get("traceEvents"), list):
         raise InputError(path, "top level", 'a Kineto object with a "traceEvents" list')
     events = data["traceEvents"]
     wanted = frozenset((*GPU_KINDS, *API_CATS, *MARKER_CATS))
+    buckets: dict[str, list[int]] = {c: [] for c in wanted}
     try:
-        selected = [e for e in events if e.get("cat") in wanted and e.get("ph", "X") == "X"]
+        for i, e in enumerate(events):
+            cat = e.get("cat")
+            if cat in wanted and e.get("ph", "X") == "X":
+                buckets[cat].append(i)
     except AttributeError:
         i = next(i for i, e in enumerate(events) if not isinstance(e, dict))
         raise InputError(path, f"traceEvents[{i}]", "an event object", type(events[i]).__name__) from None
-    buckets: dict[str, list[dict]] = {c: [] for c in wanted}
-    for e in selected:
-        buckets[e["cat"]].append(e)
-    position: dict[int, int] | None = None
 
-    def index_of(e: dict) -> int:
-        """Position of an event in traceEvents (only computed when an error is reported)."""
-        nonlocal position
-        if position is None:
-            position = {id(ev): i for i, ev in enumerate(events)}
-        return position[id(e)]
+    def columns(cats: tuple[str, ...] | dict[str, str], gpu: bool) -> dict[str, list]:
+        index = [i for c in cats for i in buckets[c]]
+        evs = [events[i] for i in index]
+        args = [e.get("args") or {} for e in evs]
+        cols = {
+            "index": index,
+            "name": [str(e.get("name", "")) for e in evs],
+            "ts": [e.get("ts") for e in evs],
+            "dur": [e.get("dur", 0) for e in evs],
+            "correlation_id": [a.get("correlation", -1) for a in args],
+            "cat": [e["cat"] for e in evs],
+        }
+        if gpu:  # args.device / args.stream (ints in CUDA and ROCm builds), else pid / tid
+            cols["device"] = [a.get("device", e.get("pid")) for a, e in zip(args, evs, strict=True)]
+            cols["stream"] = [a.get("stream") if type(a.get("stream")) is int else e.get("tid")
+                              for a, e in zip(args, evs, strict=True)]
+        else:
+            cols["pid"] = [e.get("pid") for e in evs]
+            cols["tid"] = [e.get("tid") for e in evs]
+        return cols
 
-    base = data.get("baseTimeNanoseconds")
+    top = {k: data.get(k) for k in ("baseTimeNanoseconds", "schemaVersion", "traceName", "deviceProperties")}
+    return {"gpu": columns(GPU_KINDS, True), "api": columns(API_CATS, False),
+            "markers": columns(MARKER_CATS, False), "top": top}
+
+
+def build(cols: dict[str, Any], path: Path) -> Trace:
+    """Second half of the read: column lists (from `extract`) -> the canonical tables and a Trace."""
+    from perflib.traces import schema
+
+    path = Path(path)
+    top = cols["top"]
+    base = top.get("baseTimeNanoseconds")
     base_ns = int(base) if isinstance(base, int | float) and not isinstance(base, bool) else None
     shift = base_ns or 0
 
-    def label_for(evs: list[dict]):
-        return lambda k: f"traceEvents[{index_of(evs[k])}]"
+    def label_for(c: dict[str, list]):
+        return lambda k: f"traceEvents[{c['index'][k]}]"
 
-    gpu = [e for c in GPU_KINDS for e in buckets[c]]
-    start, end = _times(gpu, index_of, path)
-    args = [e.get("args") or {} for e in gpu]
+    gpu = cols["gpu"]
+    start, end = _times(gpu, path)
     dispatches = schema.dispatch_frame(
         {
-            "kernel": [str(e.get("name", "")) for e in gpu],
+            "kernel": gpu["name"],
             "start_ns": start + shift,
             "end_ns": end + shift,
-            # args.device / args.stream (ints in CUDA and ROCm builds), else pid / tid
-            "device": _ints([a.get("device", e.get("pid")) for a, e in zip(args, gpu, strict=True)]),
+            "device": _ints(gpu["device"]),
             "queue": -1,
-            "stream": _ints(
-                [
-                    s if type(s) is int else e.get("tid")
-                    for s, e in zip((a.get("stream") for a in args), gpu, strict=True)
-                ]
-            ),
-            "correlation_id": _ints([a.get("correlation", -1) for a in args]),
-            "kind": [GPU_KINDS[e["cat"]] for e in gpu],
+            "stream": _ints(gpu["stream"]),
+            "correlation_id": _ints(gpu["correlation_id"]),
+            "kind": [GPU_KINDS[c] for c in gpu["cat"]],
         },
         SOURCE,
         path,
         label_for(gpu),
     )
 
-    def host_table(evs: list[dict]) -> dict[str, Any]:
-        s, t = _times(evs, index_of, path)
-        return {
-            "name": [str(e.get("name", "")) for e in evs],
-            "start_ns": s + shift,
-            "end_ns": t + shift,
-            "pid": _ints([e.get("pid") for e in evs]),
-            "tid": _ints([e.get("tid") for e in evs]),
-            "correlation_id": _ints([(e.get("args") or {}).get("correlation", -1) for e in evs]),
-            "domain": [e["cat"] for e in evs],
-        }
+    def host_table(c: dict[str, list]) -> dict[str, Any]:
+        s, t = _times(c, path)
+        return {"name": c["name"], "start_ns": s + shift, "end_ns": t + shift, "pid": _ints(c["pid"]),
+                "tid": _ints(c["tid"]), "correlation_id": _ints(c["correlation_id"]), "domain": c["cat"]}
 
-    api_events = [e for c in API_CATS for e in buckets[c]]
-    marker_events = [e for c in MARKER_CATS for e in buckets[c]]
-    api = schema.api_frame(host_table(api_events), SOURCE, path, label_for(api_events))
-    markers = schema.marker_frame(host_table(marker_events), SOURCE, path, label_for(marker_events))
-    devices = data.get("deviceProperties") or []
+    api = schema.api_frame(host_table(cols["api"]), SOURCE, path, label_for(cols["api"]))
+    markers = schema.marker_frame(host_table(cols["markers"]), SOURCE, path, label_for(cols["markers"]))
+    devices = top.get("deviceProperties") or []
     meta = {
         "base_time_ns": base_ns,
         "to_unix_ns": 0 if base_ns is not None else None,
         "ts_offset_ns": shift,
-        "schema_version": data.get("schemaVersion"),
-        "trace_name": data.get("traceName"),
+        "schema_version": top.get("schemaVersion"),
+        "trace_name": top.get("traceName"),
         "devices": [d.get("name") for d in devices if isinstance(d, dict)],
         "build": "rocm"
         if any("AMD" in str(d.get("name", "")) for d in devices if isinstance(d, dict))
@@ -170,3 +191,11 @@ def read_kineto(path: Path) -> Trace:
     }
     clock = "realtime" if base_ns is not None else "unknown"
     return Trace(dispatches, api, markers, clock, SOURCE, str(path), meta)
+
+
+def read_kineto(path: Path) -> Trace:
+    """A Kineto trace (`.json` / `.json.gz`) -> Trace."""
+    from perflib.traces.rocprof_json import load_json
+
+    path = Path(path)
+    return build(extract(load_json(path), path), path)
