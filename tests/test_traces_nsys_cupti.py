@@ -123,9 +123,26 @@ def test_nsys_export(tmp_path: Path) -> None:
     assert set(trace.api["pid"]) == {4242} and set(trace.api["tid"]) == {4243}
     assert trace.markers["name"].tolist() == ["decode step", "token out"]
     mark = trace.markers.iloc[1]
-    assert mark["end_ns"] == mark["start_ns"] == 7500
-    assert trace.meta["session_start_utc_epoch_ns"] == 1764410000000000000
+    epoch = 1764410000000000000  # session-relative times, shifted by the session start to Unix ns
+    assert mark["end_ns"] == mark["start_ns"] == epoch + 7500
+    assert trace.clock == "realtime" and trace.meta["shifted_by_session_start"]
+    assert trace.meta["session_start_utc_epoch_ns"] == epoch
     assert trace.meta["kernel_name_column"] == "demangledName"
+
+
+def test_nsys_times_already_absolute_are_not_shifted(tmp_path: Path) -> None:
+    """Times that cannot be session-relative (a monotonic reading days into uptime) keep the capture
+    clock: shifting them by utcEpochNs would put them decades off."""
+    path = tmp_path / "abs.sqlite"
+    make_nsys(path)
+    day = 86_400_000_000_000
+    with sqlite3.connect(path) as con:
+        for table in ("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET",
+                      "CUPTI_ACTIVITY_KIND_RUNTIME", "NVTX_EVENTS"):
+            con.execute(f"UPDATE {table} SET start = start + {3 * day}, end = end + {3 * day}")
+    trace = read_trace(path)
+    assert trace.clock == "unknown" and not trace.meta["shifted_by_session_start"]
+    assert trace.markers.iloc[1]["start_ns"] == 3 * day + 7500
 
 
 def test_nsys_very_old_name_column(tmp_path: Path) -> None:

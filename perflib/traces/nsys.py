@@ -4,8 +4,15 @@ Kernels from `CUPTI_ACTIVITY_KIND_KERNEL` (name via `StringIds`: `demangledName`
 `shortName`; very old exports have a text `name` column), copies and sets from
 `CUPTI_ACTIVITY_KIND_MEMCPY` / `_MEMSET`, API calls from `CUPTI_ACTIVITY_KIND_RUNTIME`, markers
 from `NVTX_EVENTS` (text, or `textId` into `StringIds`; a mark has no end). Empty tables are absent
-in real exports, so a missing table is an empty one. Times are the capture clock's ns; the Unix
-epoch of the session start (`TARGET_INFO_SESSION_START_TIME.utcEpochNs`) goes to meta.
+in real exports, so a missing table is an empty one.
+
+Clock: an export's times are ns since the session start, and `TARGET_INFO_SESSION_START_TIME.utcEpochNs`
+is that start in Unix ns. This is how public analysis scripts align nsys exports to wall-clock times
+(`utcEpochNs + start`); it has not been checked against a capture here (FORMATS.md marks the table
+"?"). So the tables are shifted to Unix ns, and `clock` is `realtime`, only where the table exists
+and the times look session-relative: the first within an hour, none past ~13 days, which an
+absolute clock reading is not (below an hour of uptime aside). Otherwise the times stay as
+exported and `clock` is `unknown`. `meta` says which was done.
 """
 
 from __future__ import annotations
@@ -22,6 +29,14 @@ from perflib.traces.rocpd import _columns, connect, objects
 
 if TYPE_CHECKING:
     import pandas as pd
+
+RELATIVE_FIRST_MAX_NS = 3_600_000_000_000
+"""Session-relative times start near 0: the first event within an hour of the session start (a
+`--delay` capture included). An absolute monotonic, boot-time or Unix reading is that small only on
+a machine up for less than an hour."""
+RELATIVE_MAX_NS = 1 << 50
+"""... and no time in them reaches ~13 days."""
+
 
 SOURCE = "nsys-sqlite"
 NVTX_KINDS = (34, 59, 60)  # mark, push/pop range, start/end range
@@ -189,17 +204,22 @@ def read_nsys(path: Path) -> Trace:
     finally:
         con.close()
     dispatches = schema.concat(frames or [schema.empty_dispatches(SOURCE)], schema.DISPATCH_COLUMNS)
+    api_table = schema.api_frame(api, SOURCE, path, lambda i: f"table {r_table}, row {i + 1}")
+    marker_table = schema.marker_frame(markers, SOURCE, path, lambda i: f"table NVTX_EVENTS, row {i + 1}")
+    tables = (dispatches, api_table, marker_table)
+    latest = max((int(t["end_ns"].max()) for t in tables if len(t)), default=0)
+    first = min((int(t["start_ns"].min()) for t in tables if len(t)), default=0)
+    relative = (isinstance(epoch, int) and epoch > 0 and 0 <= first < RELATIVE_FIRST_MAX_NS
+                and latest < RELATIVE_MAX_NS)
+    if relative:
+        for t in tables:
+            t["start_ns"] += epoch
+            t["end_ns"] += epoch
     meta = {
         "kernel_name_column": name_col,
         "session_start_utc_epoch_ns": epoch,
         "export_schema_version": export_meta.get("EXPORT_SCHEMA_VERSION"),
+        "shifted_by_session_start": relative,
+        "to_unix_ns": 0 if relative else None,
     }
-    return Trace(
-        dispatches,
-        schema.api_frame(api, SOURCE, path, lambda i: f"table {r_table}, row {i + 1}"),
-        schema.marker_frame(markers, SOURCE, path, lambda i: f"table NVTX_EVENTS, row {i + 1}"),
-        "unknown",
-        SOURCE,
-        str(path),
-        meta,
-    )
+    return Trace(dispatches, api_table, marker_table, "realtime" if relative else "unknown", SOURCE, str(path), meta)
