@@ -94,6 +94,23 @@ def summarize_run_row(run_dir: Path, keys: dict[str, Any]) -> dict[str, Any]:
     return row
 
 
+def _read_trace_cached(path: Path) -> Any:
+    """`read_trace`, keeping the last trace read: a server profiled once for a whole sweep has one
+    trace (`profiler.output` without per-run fields) that every run of the sweep windows, and reading
+    it once per run would repeat the slowest step of the report. Keyed on path, size and mtime."""
+    from perflib import traces
+
+    stat = path.stat()
+    key = (str(path.resolve()), stat.st_size, stat.st_mtime_ns)
+    if _TRACE_CACHE.get("key") != key:
+        _TRACE_CACHE.clear()
+        _TRACE_CACHE.update(key=key, trace=traces.read_trace(path))
+    return _TRACE_CACHE["trace"]
+
+
+_TRACE_CACHE: dict[str, Any] = {}
+
+
 def trace_rows(campaign: Campaign, arm: str, backend: str, run_dir: Path, keys: dict[str, Any],
                decode_steps: Any) -> tuple[dict[str, pd.DataFrame] | None, str | None]:
     """Trace tables of one run, or (None, why not) where it has no trace or the trace is unreadable."""
@@ -107,10 +124,10 @@ def trace_rows(campaign: Campaign, arm: str, backend: str, run_dir: Path, keys: 
         return None, f"arm {arm}: no kernel trace for backend {backend} (profiler: {kind})"
     if not path.exists():
         return None, f"{run.label}: trace path {path} does not exist"
-    from perflib import attribution, classes, traces
+    from perflib import attribution, classes
 
     try:
-        trace = traces.read_trace(path)
+        trace = _read_trace_cached(path)
         if (spec and spec.profiler.window == "steps") or not (run_dir / "manifest.json").is_file():
             window = attribution.window_from_step_markers(getattr(trace, "markers", None))
         elif spec and spec.profiler.window == "level":

@@ -8,6 +8,7 @@ copied without their trace, and the cut must give back exactly the committed dis
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from dataclasses import replace
 from pathlib import Path
@@ -91,3 +92,18 @@ def test_cut_names_the_folder_without_runs(tmp_path, capsys):
     (tmp_path / "empty").mkdir()
     assert main(["trace", "cut", str(path), str(tmp_path / "empty")]) == 2
     assert "no run folder with a manifest.json" in capsys.readouterr().err
+
+
+def test_report_reads_a_lifetime_trace_once_for_all_its_runs(lifetime, monkeypatch):
+    """A server profiled once for a sweep: every run windows the same file, which is read once."""
+    from perflib import derive, traces
+
+    path, _ = lifetime
+    calls = []
+    real = traces.read_trace
+    monkeypatch.setattr(traces, "read_trace", lambda p: calls.append(p) or real(p))
+    monkeypatch.setattr(derive, "_TRACE_CACHE", {})
+    first = derive._read_trace_cached(path)
+    assert derive._read_trace_cached(path) is first and len(calls) == 1
+    os.utime(path, ns=(1, 1))  # the file changed: read again
+    assert derive._read_trace_cached(path) is not first and len(calls) == 2
