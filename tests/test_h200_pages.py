@@ -344,21 +344,50 @@ def test_analyze_notebook_runs_on_the_h200_campaign(tmp_path):
 # ------------------------------------------------------------------- the graph-reuse probe
 
 
-def _reuse_groups(log: Path) -> list[tuple[int, int]]:
-    """(requests, graphs reused during them) per repeat, from the probe's filtered server log: each repeat
-    is a warm-up request (a few tokens) followed by its decode requests (128 tokens each)."""
-    rows = re.findall(r"eval time = +[0-9.]+ ms / +(\d+) tokens.*\n.*graphs reused = +(\d+)", log.read_text())
-    groups, base, current = [], None, []
-    for tokens, reused in ((int(t), int(r)) for t, r in rows):
+def _reuse_runs(log: Path) -> list[tuple[list[int], int]]:
+    """(slots, graphs reused during it) per repeat, from a llama-server log (whole or filtered): each
+    repeat is a warm-up request (a few tokens) followed by its decode requests (128 tokens each)."""
+    rows = re.findall(r"id +(\d+) \| task +\d+ \| +eval time = +[0-9.]+ ms / +(\d+) tokens.*\n(?:.*total time.*\n)?"
+                      r".*graphs reused = +(\d+)", log.read_text())
+    runs: list[tuple[list[int], int]] = []
+    base, current = 0, []
+    for slot, tokens, reused in ((int(a), int(b), int(c)) for a, b, c in rows):
         if tokens < 128:  # a warm-up request opens the next repeat
             if current:
-                groups.append((len(current), max(current) - base))
+                runs.append((sorted(s for s, _ in current), max(r for _, r in current) - base))
             base, current = reused, []
         else:
-            current.append(reused)
+            current.append((slot, reused))
     if current:
-        groups.append((len(current), max(current) - base))
-    return groups
+        runs.append((sorted(s for s, _ in current), max(r for _, r in current) - base))
+    return runs
+
+
+def _reuse_groups(log: Path) -> list[tuple[int, int]]:
+    return [(len(slots), reused) for slots, reused in _reuse_runs(log)]
+
+
+def test_batch4_graph_reuse_follows_slot_adjacency_with_per_slot_kv():
+    """The cause named on the page: with per-slot KV caches a batch-4 repeat reuses its graph through its
+    decode exactly when its four slots are adjacent; with --kv-unified it always does."""
+    raw = REPO / "data/raw/cuda-h200"
+    per_slot = [raw / "after/llamacpp-cuda/server.log", raw / "before/llamacpp-cuda/server.log",
+                raw / "experiments/graph-reuse/fa-on/server.log", raw / "experiments/graph-reuse/fa-off/server.log"]
+    unified = [raw / "after-kvu/llamacpp-cuda/server.log", raw / "experiments/graph-reuse/fa-on-kvu/server.log"]
+
+    def adjacent(slots: list[int]) -> bool:
+        return slots == list(range(slots[0], slots[0] + len(slots)))
+
+    seen = {True: 0, False: 0}
+    for log in per_slot:
+        for slots, reused in _reuse_runs(log):
+            if len(slots) == 4:
+                assert (reused >= 100) == adjacent(slots), (log.parent.name, slots, reused)
+                seen[adjacent(slots)] += 1
+    assert seen[True] >= 3 and seen[False] >= 3
+    batch4 = [(s, r) for log in unified for s, r in _reuse_runs(log) if len(s) == 4]
+    assert len(batch4) >= 12 and all(r >= 100 for _, r in batch4)
+    assert any(not adjacent(s) for s, _ in batch4)
 
 
 def test_graph_reuse_probe_figures_from_the_raw_files():
