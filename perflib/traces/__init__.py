@@ -46,7 +46,7 @@ class Trace:
 
 def detect_format(path: str | Path) -> str:
     """The format id of a file or directory (`rocprofv3-dir`, `rocprofv3-csv`, `kineto`, ...)."""
-    from perflib.traces import schema
+    from perflib.traces import files
 
     path = Path(path)
     if path.is_dir():
@@ -61,8 +61,8 @@ def detect_format(path: str | Path) -> str:
         from perflib.traces import rocpd
 
         return rocpd.sqlite_flavour(path)
-    head = schema.read_head(path)
-    name = schema.base_name(path)
+    head = files.read_head(path)
+    name = files.base_name(path)
     stripped = head.lstrip()
     if name.endswith(".csv"):
         return "rocprofv3-csv"

@@ -195,7 +195,7 @@ def build(cols: dict[str, Any], path: Path) -> Trace:
 
 def read_kineto(path: Path) -> Trace:
     """A Kineto trace (`.json` / `.json.gz`) -> Trace."""
-    from perflib.traces.rocprof_json import load_json
+    from perflib.traces.files import load_json
 
     path = Path(path)
     return build(extract(load_json(path), path), path)

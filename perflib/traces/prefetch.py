@@ -13,8 +13,6 @@ This module imports nothing heavy: it must be imported and started before pandas
 from __future__ import annotations
 
 import gc
-import gzip
-import io
 import os
 import pickle
 from pathlib import Path
@@ -66,33 +64,9 @@ class Prefetch:
 
 def _columns(path: Path) -> dict[str, Any]:
     from perflib.traces import kineto
+    from perflib.traces.files import load_json
 
-    raw = path.read_bytes()
-    if raw[:2] == b"\x1f\x8b":
-        raw = gzip.decompress(raw)
-    try:
-        import orjson
-
-        data = orjson.loads(raw)
-    except ImportError:  # pragma: no cover - orjson is a dependency
-        import json
-
-        data = json.loads(raw)
-    return kineto.extract(data, path)
-
-
-def _looks_like_kineto(path: Path) -> bool:
-    name = path.name.lower()
-    if not (name.endswith(".json") or name.endswith(".json.gz")):
-        return False
-    with open(path, "rb") as f:
-        head = f.read(1 << 16)
-    if head[:2] == b"\x1f\x8b":
-        try:
-            head = gzip.GzipFile(fileobj=io.BytesIO(head)).read1(1 << 16)
-        except (OSError, EOFError):
-            return False
-    return head.lstrip().startswith(b"{") and b'"rocprofiler-sdk-tool"' not in head
+    return kineto.extract(load_json(path), path)
 
 
 def _json_bytes(path: Path) -> int:
@@ -108,11 +82,14 @@ def _json_bytes(path: Path) -> int:
 def start(path: str | Path, min_bytes: int = MIN_BYTES, max_bytes: int = MAX_BYTES) -> Prefetch | None:
     """Start parsing `path` in a child where that pays: Kineto JSON of `min_bytes` to `max_bytes`
     (gunzipped), `os.fork` available and two or more cores. None otherwise (read it the normal way)."""
+    from perflib.errors import PerflibError
+    from perflib.traces import detect_format
+
     path = Path(path)
     try:
-        if not path.is_file() or not min_bytes <= _json_bytes(path) <= max_bytes or not _looks_like_kineto(path):
+        if not path.is_file() or detect_format(path) != "kineto" or not min_bytes <= _json_bytes(path) <= max_bytes:
             return None
-    except OSError:
+    except (OSError, PerflibError):  # an unreadable or unknown file: the plain read names the fault
         return None
     if not hasattr(os, "fork") or (os.cpu_count() or 1) < 2:
         return None

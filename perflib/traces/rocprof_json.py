@@ -8,8 +8,6 @@ says which. `device` is the agent's `logical_node_id` (the CSV's relative "Agent
 
 from __future__ import annotations
 
-import gc
-import json
 from pathlib import Path
 from typing import Any
 
@@ -17,41 +15,11 @@ import numpy as np
 
 from perflib.errors import InputError
 from perflib.traces import Trace, schema
+from perflib.traces.files import load_json  # noqa: F401 - also read from here by older callers
 from perflib.traces.rocprof_dir import ROCPROF_CLOCK, ROCPROF_CLOCK_CANDIDATES
 
 SOURCE = "rocprofv3-json"
 NAME_FIELDS = ("formatted_kernel_name", "demangled_kernel_name", "kernel_name")
-
-
-def load_json(path: Path) -> Any:
-    """Parse (gunzipped) JSON; a cut or malformed file is an `InputError` with line and column."""
-    raw = schema.read_bytes(path)
-    # json.loads allocates millions of small objects, none cyclic: pausing the cyclic GC while it
-    # runs saves a third of the parse time on large traces.
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        try:
-            import orjson  # 2-3x faster than json on large traces; same values
-        except ImportError:  # pragma: no cover - orjson is a dependency
-            return json.loads(raw)
-        try:
-            return orjson.loads(raw)
-        except orjson.JSONDecodeError:
-            return json.loads(raw)  # the standard parser names the line and column of the fault
-    except json.JSONDecodeError as exc:
-        cut = exc.pos >= len(raw.rstrip()) - 1
-        raise InputError(
-            path,
-            f"line {exc.lineno}, column {exc.colno}",
-            "complete JSON",
-            exc.msg + (" at the end of the data (file cut?)" if cut else ""),
-        ) from exc
-    except UnicodeDecodeError as exc:
-        raise InputError(path, f"byte {exc.start}", "UTF-8 JSON text", str(exc)) from exc
-    finally:
-        if enabled:
-            gc.enable()
 
 
 def _columns(records: list[dict], getters: dict[str, Any], path: Path, where: str) -> dict[str, list]:

@@ -7,16 +7,17 @@ half-parsed reaches the analyses.
 
 from __future__ import annotations
 
-import gzip
-import zlib
 from collections.abc import Callable, Mapping
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
 from perflib.errors import InputError
+
+# raw input lives in perflib.traces.files (no pandas there, so that format detection stays light);
+# the readers reach it through this module too
+from perflib.traces.files import GZIP_MAGIC, base_name, is_gzip_name, read_bytes, read_head  # noqa: F401
 
 DISPATCH_COLUMNS = (
     "kernel",
@@ -186,58 +187,3 @@ def validate(frame: pd.DataFrame, columns: tuple[str, ...]) -> None:
     for col in columns:
         if col in _INT_COLUMNS and frame[col].dtype != np.int64:
             raise ValueError(f"column {col} must be int64, is {frame[col].dtype}")
-
-
-# --- raw input -----------------------------------------------------------------------------------
-
-GZIP_MAGIC = b"\x1f\x8b"
-
-
-def is_gzip_name(path: Path) -> bool:
-    return path.name.lower().endswith(".gz")
-
-
-def base_name(path: Path) -> str:
-    """File name without a trailing `.gz`, lower-cased (format detection works on this)."""
-    name = path.name.lower()
-    return name[:-3] if name.endswith(".gz") else name
-
-
-def read_bytes(path: Path) -> bytes:
-    """The file's bytes, gunzipped where it is gzip; a bad or cut gzip is an `InputError`."""
-    try:
-        raw = path.read_bytes()
-    except OSError as exc:
-        raise InputError(path, None, "a readable file", str(exc)) from exc
-    if raw[:2] == GZIP_MAGIC:
-        try:
-            return gzip.decompress(raw)
-        except EOFError as exc:
-            raise InputError(
-                path, f"byte {len(raw)}", "a complete gzip stream", "the stream ends early (file cut?)"
-            ) from exc
-        except (gzip.BadGzipFile, zlib.error) as exc:
-            raise InputError(path, None, "valid gzip data", str(exc)) from exc
-    if is_gzip_name(path):
-        raise InputError(path, "byte 0", "gzip data (magic bytes 1f 8b) for a .gz file", repr(raw[:8]))
-    return raw
-
-
-def read_head(path: Path, size: int = 65536) -> bytes:
-    """The first `size` bytes of the (decompressed) file, for format detection."""
-    try:
-        with open(path, "rb") as fh:
-            head = fh.read(size)
-    except OSError as exc:
-        raise InputError(path, None, "a readable file", str(exc)) from exc
-    if head[:2] == GZIP_MAGIC:
-        try:
-            with gzip.open(path, "rb") as fh:
-                return fh.read(size)
-        except EOFError:
-            return read_bytes(path)[:size]  # raises the cut-stream error unless it is complete
-        except (gzip.BadGzipFile, zlib.error) as exc:
-            raise InputError(path, None, "valid gzip data", str(exc)) from exc
-    if is_gzip_name(path):
-        raise InputError(path, "byte 0", "gzip data (magic bytes 1f 8b) for a .gz file", repr(head[:8]))
-    return head

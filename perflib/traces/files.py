@@ -1,0 +1,99 @@
+"""Raw input of trace files: bytes and heads (gunzipped where gzip) and parsed JSON.
+
+No pandas or numpy here: format detection and the forked Kineto parse of `perflib.traces.prefetch`
+use these before the heavy imports are done.
+"""
+
+from __future__ import annotations
+
+import gc
+import gzip
+import json
+import zlib
+from pathlib import Path
+from typing import Any
+
+from perflib.errors import InputError
+
+GZIP_MAGIC = b"\x1f\x8b"
+
+
+def is_gzip_name(path: Path) -> bool:
+    return path.name.lower().endswith(".gz")
+
+
+def base_name(path: Path) -> str:
+    """File name without a trailing `.gz`, lower-cased (format detection works on this)."""
+    name = path.name.lower()
+    return name[:-3] if name.endswith(".gz") else name
+
+
+def read_bytes(path: Path) -> bytes:
+    """The file's bytes, gunzipped where it is gzip; a bad or cut gzip is an `InputError`."""
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise InputError(path, None, "a readable file", str(exc)) from exc
+    if raw[:2] == GZIP_MAGIC:
+        try:
+            return gzip.decompress(raw)
+        except EOFError as exc:
+            raise InputError(
+                path, f"byte {len(raw)}", "a complete gzip stream", "the stream ends early (file cut?)"
+            ) from exc
+        except (gzip.BadGzipFile, zlib.error) as exc:
+            raise InputError(path, None, "valid gzip data", str(exc)) from exc
+    if is_gzip_name(path):
+        raise InputError(path, "byte 0", "gzip data (magic bytes 1f 8b) for a .gz file", repr(raw[:8]))
+    return raw
+
+
+def read_head(path: Path, size: int = 65536) -> bytes:
+    """The first `size` bytes of the (decompressed) file, for format detection."""
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(size)
+    except OSError as exc:
+        raise InputError(path, None, "a readable file", str(exc)) from exc
+    if head[:2] == GZIP_MAGIC:
+        try:
+            with gzip.open(path, "rb") as fh:
+                return fh.read(size)
+        except EOFError:
+            return read_bytes(path)[:size]  # raises the cut-stream error unless it is complete
+        except (gzip.BadGzipFile, zlib.error) as exc:
+            raise InputError(path, None, "valid gzip data", str(exc)) from exc
+    if is_gzip_name(path):
+        raise InputError(path, "byte 0", "gzip data (magic bytes 1f 8b) for a .gz file", repr(head[:8]))
+    return head
+
+
+def load_json(path: Path) -> Any:
+    """Parse (gunzipped) JSON; a cut or malformed file is an `InputError` with line and column."""
+    raw = read_bytes(path)
+    # json.loads allocates millions of small objects, none cyclic: pausing the cyclic GC while it
+    # runs saves a third of the parse time on large traces.
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        try:
+            import orjson  # 2-3x faster than json on large traces; same values
+        except ImportError:  # pragma: no cover - orjson is a dependency
+            return json.loads(raw)
+        try:
+            return orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            return json.loads(raw)  # the standard parser names the line and column of the fault
+    except json.JSONDecodeError as exc:
+        cut = exc.pos >= len(raw.rstrip()) - 1
+        raise InputError(
+            path,
+            f"line {exc.lineno}, column {exc.colno}",
+            "complete JSON",
+            exc.msg + (" at the end of the data (file cut?)" if cut else ""),
+        ) from exc
+    except UnicodeDecodeError as exc:
+        raise InputError(path, f"byte {exc.start}", "UTF-8 JSON text", str(exc)) from exc
+    finally:
+        if enabled:
+            gc.enable()
