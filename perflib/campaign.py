@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from perflib.errors import InputError, PerflibError
+from perflib.rundir import write_json_atomic
 
 PROFILER_KINDS = ("none", "rocprofv3", "kineto", "cupti", "nsys")
 DIALECTS = ("auto", "llamacpp", "mlxcel", "vllm", "sglang")  # perflib.metrics dialects
@@ -194,6 +195,14 @@ class Campaign:
             if spec.name == name:
                 return spec
         raise PerflibError(f"{self.path}: no backend named {name!r} (have {[b.name for b in self.backends]})")
+
+    def class_file(self, backend: BackendSpec) -> Path | None:
+        """The backend's own class table file (`kernel_classes: x.yaml`, relative to the campaign
+        file), or None where it names a built-in table or none."""
+        file = Path(backend.kernel_classes or "")
+        if file.suffix not in (".yaml", ".yml"):
+            return None
+        return file if file.is_absolute() else self.path.parent / file
 
     def arm(self, name: str) -> ArmSpec:
         for spec in self.arms:
@@ -590,9 +599,7 @@ def mark_incomplete(run_dir: Path, run: RunSpec, error: str) -> None:
     }
     manifest["status"] = "incomplete"
     manifest["errors"] = [*manifest.get("errors", []), error]
-    tmp = run_dir / "manifest.json.tmp"
-    tmp.write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
-    tmp.replace(run_dir / "manifest.json")
+    write_json_atomic(run_dir / "manifest.json", manifest)
 
 
 def trace_path(campaign: Campaign, run: RunSpec, data_dir: Path) -> Path | None:

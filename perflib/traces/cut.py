@@ -10,8 +10,7 @@ The cut files are also the committable form: compressed and holding only the win
 
 from __future__ import annotations
 
-import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -43,12 +42,6 @@ def _run_manifests(runs_dir: Path) -> list[Path]:
     return sorted(p for p in runs_dir.rglob("manifest.json") if ".contended-" not in str(p.parent))
 
 
-def _write_manifest(path: Path, manifest: dict[str, Any]) -> None:
-    tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
-    tmp.replace(path)
-
-
 def cut_into_runs(trace: Any, runs_dir: str | Path, margin_ns: int = 50_000_000,
                   repeats: int | None = None, name: str = "trace.parquet") -> list[Cut]:
     """Write each run folder's level window of `trace` (± `margin_ns`) as `name`, and point its
@@ -57,6 +50,7 @@ def cut_into_runs(trace: Any, runs_dir: str | Path, margin_ns: int = 50_000_000,
     Run folders without level clocks (a level that never started) are skipped with a note.
     """
     from perflib import attribution
+    from perflib.rundir import read_manifest, write_json_atomic
     from perflib.traces.parquet import write_trace_parquet
 
     runs_dir = Path(runs_dir)
@@ -66,31 +60,29 @@ def cut_into_runs(trace: Any, runs_dir: str | Path, margin_ns: int = 50_000_000,
     cuts = []
     for manifest_path in manifests:
         run_dir = manifest_path.parent
-        try:
-            manifest = json.loads(manifest_path.read_text())
-        except ValueError as exc:
-            raise PerflibError(f"{manifest_path}: not JSON ({exc})") from None
+        manifest = read_manifest(run_dir)
         clocks = manifest.get("clocks") or {}
         if not clocks.get("start") or not clocks.get("end"):
             cuts.append(Cut(run_dir, None, note="no level clocks in its manifest (the level never ran)"))
             continue
         if repeats is not None and int(manifest.get("repeat", 1)) > repeats:
             manifest["trace_note"] = f"traced, trace not kept (only repeats 1..{repeats} are kept)"
-            _write_manifest(manifest_path, manifest)
+            write_json_atomic(manifest_path, manifest)
             cuts.append(Cut(run_dir, None, note=f"repeat {manifest.get('repeat')} > {repeats}: not kept"))
             continue
         window = attribution.window_from_manifest(trace, manifest)
         start, end = window.start_ns - margin_ns, window.end_ns + margin_ns
-        out = write_trace_parquet(trace, run_dir / name, start, end)
         frame = trace.dispatches
         inside = frame[(frame["end_ns"] > start) & (frame["start_ns"] < end)]
+        # the writer applies the same bounds (on the slice: no second pass over the whole trace) and records them
+        out = write_trace_parquet(replace(trace, dispatches=inside), run_dir / name, start, end)
         kernels = int((inside["kind"].astype(str) == "kernel").sum())
         clock = window.label.rsplit("(", 1)[-1].split(" ")[0]
         manifest["trace_path"] = out.name
         manifest["trace_cut"] = {"from": Path(str(trace.path)).name, "source": trace.source, "clock": clock,
                                  "margin_ms": margin_ns / 1e6, "start_ns": start, "end_ns": end}
         manifest.pop("trace_note", None)
-        _write_manifest(manifest_path, manifest)
+        write_json_atomic(manifest_path, manifest)
         cuts.append(Cut(run_dir, out, len(inside), kernels, start, end, clock,
                         "" if kernels else "no kernel dispatch inside the level window"))
     return cuts
