@@ -8,6 +8,7 @@ sorted rows and fixed float formats, so that a rebuild gives the same bytes.
 
 from __future__ import annotations
 
+import functools
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -98,17 +99,15 @@ def _read_trace_cached(path: Path) -> Any:
     """`read_trace`, keeping the last trace read: a server profiled once for a whole sweep has one
     trace (`profiler.output` without per-run fields) that every run of the sweep windows, and reading
     it once per run would repeat the slowest step of the report. Keyed on path, size and mtime."""
+    stat = path.stat()
+    return _read_trace_keyed(str(path.resolve()), stat.st_size, stat.st_mtime_ns)
+
+
+@functools.lru_cache(maxsize=1)
+def _read_trace_keyed(path: str, size: int, mtime_ns: int) -> Any:
     from perflib import traces
 
-    stat = path.stat()
-    key = (str(path.resolve()), stat.st_size, stat.st_mtime_ns)
-    if _TRACE_CACHE.get("key") != key:
-        _TRACE_CACHE.clear()
-        _TRACE_CACHE.update(key=key, trace=traces.read_trace(path))
-    return _TRACE_CACHE["trace"]
-
-
-_TRACE_CACHE: dict[str, Any] = {}
+    return traces.read_trace(path)
 
 
 def trace_rows(campaign: Campaign, arm: str, backend: str, run_dir: Path, keys: dict[str, Any],
@@ -137,10 +136,8 @@ def trace_rows(campaign: Campaign, arm: str, backend: str, run_dir: Path, keys: 
             window, decode_steps = decode.window, decode.steps
         table: Any = None
         if spec and spec.kernel_classes:
-            file = Path(spec.kernel_classes)
-            if not file.is_absolute():
-                file = campaign.path.parent / file
-            table = classes.load_class_file(file) if file.suffix in (".yaml", ".yml") else spec.kernel_classes
+            file = campaign.class_file(spec)
+            table = classes.load_class_file(file) if file else spec.kernel_classes
         steps = int(decode_steps) if pd.notna(decode_steps) and decode_steps else None
         summary = attribution.summarize(trace, window=window, classes=table, steps=steps)
     except Exception as exc:  # noqa: BLE001 - a bad trace is a result for the page, not a crash

@@ -544,17 +544,13 @@ class Context:
 
 def _known_classes(campaign: Campaign) -> frozenset[str]:
     """The shipped tables' classes plus those of the campaign's own class files."""
-    from pathlib import Path
-
     from perflib.classes import builtin_class_names, load_class_file
 
     names = set(builtin_class_names())
     for backend in campaign.backends:
-        file = Path(backend.kernel_classes or "")
-        if file.suffix in (".yaml", ".yml"):
-            file = file if file.is_absolute() else campaign.path.parent / file
-            if file.is_file():
-                names |= {r.kernel_class for r in load_class_file(file).rules}
+        file = campaign.class_file(backend)
+        if file is not None and file.is_file():  # a missing file is reported by derive, per run
+            names |= {r.kernel_class for r in load_class_file(file).rules}
     return frozenset(names)
 
 

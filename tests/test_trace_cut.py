@@ -102,8 +102,9 @@ def test_report_reads_a_lifetime_trace_once_for_all_its_runs(lifetime, monkeypat
     calls = []
     real = traces.read_trace
     monkeypatch.setattr(traces, "read_trace", lambda p: calls.append(p) or real(p))
-    monkeypatch.setattr(derive, "_TRACE_CACHE", {})
+    derive._read_trace_keyed.cache_clear()
     first = derive._read_trace_cached(path)
     assert derive._read_trace_cached(path) is first and len(calls) == 1
     os.utime(path, ns=(1, 1))  # the file changed: read again
     assert derive._read_trace_cached(path) is not first and len(calls) == 2
+    derive._read_trace_keyed.cache_clear()
