@@ -364,13 +364,14 @@ def absent_counters(tables: DerivedTables) -> list[str]:
             if c not in runs.columns or pd.to_numeric(runs[c], errors="coerce").isna().all()]
 
 
-def _figure(width: float = 6.4, height: float = 3.6):
+def _figure(width: float = 6.4, height: float = 3.6, ncols: int = 1):
+    """A figure on the Agg backend: (fig, ax), or (fig, axes) with `ncols` > 1."""
     import matplotlib
 
     matplotlib.use("Agg", force=False)
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(width, height), dpi=100)
+    fig, ax = plt.subplots(1, ncols, figsize=(width, height), dpi=100)
     return fig, ax
 
 
@@ -459,11 +460,9 @@ def plot_before_after(tables: DerivedTables, arms: Sequence[str]):
     it the steady step (all requests decoding). At long context the counter step includes the steps
     shared with other requests' prefill, so a change in how prefill overlaps decode moves the first
     panel alone; the second shows the decode step itself."""
-    import matplotlib.pyplot as plt
-
     levels = level_table(tables)
     n_keys = levels[["backend", "batch", "context"]].drop_duplicates().shape[0] if len(levels) else 0
-    fig, axes = plt.subplots(1, 2, figsize=(max(9.6, 1.0 * n_keys + 3), 3.6), dpi=100)
+    fig, axes = _figure(max(9.6, 1.0 * n_keys + 3), 3.6, ncols=2)
     panels = (("decode_step_ms", "decode step, counters (ms)"), ("steady_step_ms", "steady step, client (ms)"))
     if len(levels) and len(arms) > 1:
         keys = levels[["backend", "batch", "context"]].drop_duplicates().sort_values(["backend", "batch", "context"])
