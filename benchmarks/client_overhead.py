@@ -106,7 +106,7 @@ async def child(kind: str, base_url: str, concurrency: int, warmup: float, durat
     counter = [0]
     stop = asyncio.Event()
 
-    async with load._client(600.0) as client:
+    async with load.http_client(600.0) as client:
         async def worker() -> None:
             while not stop.is_set():
                 counter[0] += 1

@@ -1,11 +1,14 @@
 """perflib: why is batched decode slower than it should be, and did my change fix it?
 
-Counters (`metrics`), load (`load`, `sweep`), traces (`traces`, `attribution`), verdicts and
-results pages (`verdicts`, `report`, `campaign`). Everything downstream of a reader sees one
-schema, in nanoseconds.
+Collect (`traces`, `metrics`, `load`, `server`, `config`), arithmetic (`runs`, `attribution`), tables
+and decisions (`derive`, `verdicts`), the page (`report`), and on top the orchestration (`sweep`,
+`campaign`, `explore`). Everything downstream of a reader sees one schema, in nanoseconds.
+docs/ARCHITECTURE.md is the map.
 """
 
-__version__ = "0.1.0"
+from perflib.version import __version__
+
+__all__ = ["__version__", "open_campaign"]
 
 
 def __getattr__(name: str):

@@ -6,8 +6,8 @@ import argparse
 import importlib
 import sys
 
-from perflib import __version__
 from perflib.errors import PerflibError
+from perflib.version import __version__
 
 # Each module in perflib.commands has `register(subparsers)` that adds its parser and sets
 # `func(args) -> int`. Command modules import only argparse at the top, so `perflib --help`

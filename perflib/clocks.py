@@ -1,8 +1,19 @@
-"""Read every clock a profiler might use, at one instant, so traces can be aligned to a level."""
+"""Every clock a profiler might use, read at one instant, so that a trace can be aligned to a level."""
 
 from __future__ import annotations
 
 import time
+
+CLOCK_KEYS = {"monotonic": "monotonic_ns", "boottime": "boottime_ns", "realtime": "realtime_ns"}
+"""Trace clock name -> its key in a `now_clocks()` reading."""
+
+
+def monotonic_ns() -> int:
+    """CLOCK_MONOTONIC in nanoseconds: the clock of every `*_ns` field of a request record.
+
+    `time.perf_counter_ns` is not guaranteed to be CLOCK_MONOTONIC, and rocprofv3 can stamp with it.
+    """
+    return time.clock_gettime_ns(time.CLOCK_MONOTONIC)
 
 
 def now_clocks() -> dict[str, int]:

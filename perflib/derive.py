@@ -1,6 +1,6 @@
 """Derived tables (docs/SCHEMA.md §4) of a campaign, built from `data/raw` alone.
 
-`build(campaign)` reads every run folder (`perflib.sweep.summarize_run`) and every trace the
+`build(campaign)` reads every run folder (`perflib.runs.summarize_run`) and every trace the
 runs point to (`perflib.traces.read_trace`, windowed to the level by the manifest clocks and
 attributed by `perflib.attribution.summarize`); `write(tables, out_dir)` writes the CSV files with
 sorted rows and fixed float formats, so that a rebuild gives the same bytes.
@@ -10,14 +10,15 @@ from __future__ import annotations
 
 import functools
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import pandas as pd
 
-if TYPE_CHECKING:
-    from perflib.campaign import Campaign
+from perflib import attribution, classes, rundir, runs, traces
+from perflib.config import Campaign, RunSpec
+from perflib.errors import InputError, PerflibError
 
 KEYS = ["campaign", "arm", "backend", "batch", "context", "repeat"]
 COLUMNS: dict[str, list[str]] = {
@@ -76,21 +77,17 @@ def normalize(name: str, frame: pd.DataFrame) -> pd.DataFrame:
     return frame.reset_index(drop=True)
 
 
-def _keys(campaign: str, arm: str, backend: str, manifest: dict, run_dir: Path) -> dict[str, Any]:
-    from perflib.campaign import RUN_DIR_RE
-
-    match = RUN_DIR_RE.match(run_dir.name)
-    batch, context, repeat = (int(g) for g in match.groups()) if match else (None, None, None)
+def run_keys(campaign: str, arm: str, backend: str, manifest: dict, run_dir: Path) -> dict[str, Any]:
+    """The key columns of a run's rows: the manifest's batch, context and repeat, else the folder name's."""
+    batch, context, repeat = rundir.parse_run_name(run_dir.name) or (None, None, None)
     return {"campaign": campaign, "arm": arm, "backend": backend,
             "batch": int(manifest.get("batch", batch)), "context": int(manifest.get("context", context)),
             "repeat": int(manifest.get("repeat", repeat))}
 
 
 def summarize_run_row(run_dir: Path, keys: dict[str, Any]) -> dict[str, Any]:
-    """One runs.csv row: `perflib.sweep.summarize_run`, with the campaign keys set from the folder."""
-    from perflib import sweep
-
-    row = dict(sweep.summarize_run(run_dir))
+    """One runs.csv row: `perflib.runs.summarize_run`, with the campaign keys set from the folder."""
+    row = dict(runs.summarize_run(run_dir))
     row.update(keys)
     return row
 
@@ -105,32 +102,26 @@ def _read_trace_cached(path: Path) -> Any:
 
 @functools.lru_cache(maxsize=1)
 def _read_trace_keyed(path: str, size: int, mtime_ns: int) -> Any:
-    from perflib import traces
-
     return traces.read_trace(path)
 
 
 def trace_rows(campaign: Campaign, arm: str, backend: str, run_dir: Path, keys: dict[str, Any],
                decode_steps: Any) -> tuple[dict[str, pd.DataFrame] | None, str | None]:
     """Trace tables of one run, or (None, why not) where it has no trace or the trace is unreadable."""
-    from perflib.campaign import RunSpec, trace_path
-
     spec = campaign.backend(backend) if backend in {b.name for b in campaign.backends} else None
     run = RunSpec(campaign.name, arm, backend, keys["batch"], keys["context"], keys["repeat"], campaign.decode_tokens)
-    path = trace_path(campaign, run, campaign.data_dir)
+    path = campaign.trace_path(run)
     if path is None:
         kind = spec.profiler.kind if spec else "unknown"
         return None, f"arm {arm}: no kernel trace for backend {backend} (profiler: {kind})"
     if not path.exists():
         return None, f"{run.label}: trace path {path} does not exist"
-    from perflib import attribution, classes
-
     try:
         trace = _read_trace_cached(path)
-        if (spec and spec.profiler.window == "steps") or not (run_dir / "manifest.json").is_file():
+        if (spec and spec.profiler.window == "steps") or not (run_dir / rundir.MANIFEST).is_file():
             window = attribution.window_from_step_markers(getattr(trace, "markers", None))
         elif spec and spec.profiler.window == "level":
-            window = attribution.window_from_manifest(trace, str(run_dir))
+            window = attribution.window_from_manifest(trace, run_dir)
         else:  # SERVERS.md §5.2: the window where every request decodes, steps counted inside it
             decode = attribution.decode_window_from_run(trace, run_dir)
             window, decode_steps = decode.window, decode.steps
@@ -156,20 +147,22 @@ def trace_rows(campaign: Campaign, arm: str, backend: str, run_dir: Path, keys: 
     return out, None
 
 
-def build(campaign: Campaign, data_dir: Path | None = None) -> DerivedTables:
-    """All derived tables of the campaign from its run folders under `<data>/raw/<campaign>/`."""
-    from dataclasses import replace
+def _add(parts: dict[str, list[pd.DataFrame]], tables: dict[str, pd.DataFrame]) -> None:
+    for name, frame in tables.items():
+        parts[name].append(frame)
 
-    from perflib.campaign import read_manifest, run_folders, trace_only_runs
 
-    if data_dir is not None:
-        campaign = replace(campaign, data_dir=Path(data_dir))
-    parts: dict[str, list[pd.DataFrame]] = {name: [] for name in COLUMNS}
+def _run_folder_rows(campaign: Campaign, parts: dict[str, list[pd.DataFrame]], notes: list[str]) -> list[dict]:
+    """runs.csv rows of every run folder, and the trace tables of the complete ones."""
     rows = []
-    notes: list[str] = []
-    for arm, backend, run_dir in run_folders(campaign):
-        manifest = read_manifest(run_dir) or {}
-        keys = _keys(campaign.name, arm, backend, manifest, run_dir)
+    for found in campaign.run_folders():
+        arm, backend, run_dir = found.arm, found.backend, found.path
+        try:
+            manifest = rundir.read_manifest(run_dir, missing_ok=True) or {}
+        except InputError as exc:
+            notes.append(f"{arm}/{backend}/{run_dir.name}: not summarised: {exc}")
+            continue
+        keys = run_keys(campaign.name, arm, backend, manifest, run_dir)
         try:
             row = summarize_run_row(run_dir, keys)
         except Exception as exc:  # noqa: BLE001 - one broken run folder must not hide the others
@@ -185,9 +178,13 @@ def build(campaign: Campaign, data_dir: Path | None = None) -> DerivedTables:
             if why and why not in notes:
                 notes.append(why)
             continue
-        for name, frame in tables.items():
-            parts[name].append(frame)
-    for run, path in trace_only_runs(campaign):  # committed profiler captures: trace tables only
+        _add(parts, tables)
+    return rows
+
+
+def _trace_only_tables(campaign: Campaign, parts: dict[str, list[pd.DataFrame]], notes: list[str]) -> None:
+    """Trace tables of the trace-only backends' runs (committed profiler captures, no run folder)."""
+    for run, path in campaign.trace_only_runs():
         if path is None:
             notes.append(f"{run.label}: no trace file for this trace-only run")
             continue
@@ -197,8 +194,17 @@ def build(campaign: Campaign, data_dir: Path | None = None) -> DerivedTables:
         if tables is None:
             notes.append(why or f"{run.label}: no trace")
             continue
-        for name, frame in tables.items():
-            parts[name].append(frame)
+        _add(parts, tables)
+
+
+def build(campaign: Campaign, data_dir: Path | None = None) -> DerivedTables:
+    """All derived tables of the campaign from its run folders under `<data>/raw/<campaign>/`."""
+    if data_dir is not None:
+        campaign = replace(campaign, data_dir=Path(data_dir))
+    parts: dict[str, list[pd.DataFrame]] = {name: [] for name in COLUMNS}
+    notes: list[str] = []
+    rows = _run_folder_rows(campaign, parts, notes)
+    _trace_only_tables(campaign, parts, notes)
     out = {"runs": pd.DataFrame(rows) if rows else empty("runs")}
     for name in ("trace_runs", "classes", "kernels", "gaps", "steps"):
         frames = [f for f in parts[name] if len(f)]
@@ -240,29 +246,19 @@ def build_and_write(campaign: Campaign, data_dir: Path | None = None) -> Derived
     return tables
 
 
-def profile_run(campaign_file: str | Path, arm: str, backend: str, batch: int, context: int, repeat: int,
-                data_dir: str | Path | None = None) -> dict[str, pd.DataFrame]:
-    """Attribute one run's trace, windowed to its level, and write its tables to
+def run_tables(campaign: Campaign, run: RunSpec) -> dict[str, pd.DataFrame]:
+    """The trace tables of one run, windowed to its level, written to
     `data/derived/<campaign>/runs/<arm>/<backend>/<run>/`; a missing trace is a clear error."""
-    from dataclasses import replace
-
-    from perflib.campaign import RunSpec, load_campaign, read_manifest
-    from perflib.errors import PerflibError
-
-    campaign = load_campaign(campaign_file)
-    if data_dir is not None:
-        campaign = replace(campaign, data_dir=Path(data_dir))
-    run = RunSpec(campaign.name, arm, backend, batch, context, repeat, campaign.decode_tokens)
     run_dir = run.run_dir(campaign.data_dir)
-    manifest = read_manifest(run_dir)
+    manifest = rundir.read_manifest(run_dir, missing_ok=True)
     if manifest is None:
         raise PerflibError(f"{run_dir}: expected a run folder with manifest.json (run collect.ipynb first)")
-    keys = _keys(campaign.name, arm, backend, manifest, run_dir)
+    keys = run_keys(campaign.name, run.arm, run.backend, manifest, run_dir)
     row = summarize_run_row(run_dir, keys)
-    tables, why = trace_rows(campaign, arm, backend, run_dir, keys, row.get("decode_steps"))
+    tables, why = trace_rows(campaign, run.arm, run.backend, run_dir, keys, row.get("decode_steps"))
     if tables is None:
         raise PerflibError(why or f"{run.label}: no trace")
-    out_dir = campaign.derived_dir() / "runs" / arm / backend / run.folder
+    out_dir = campaign.derived_dir() / "runs" / run.arm / run.backend / run.folder
     out_dir.mkdir(parents=True, exist_ok=True)
     for name, frame in tables.items():
         normalize(name, frame).to_csv(out_dir / f"{name}.csv", index=False, float_format=FLOAT_FORMAT,

@@ -2,8 +2,8 @@
 
 It reads the campaign file and derives the tables from `data/raw` on first use (nothing is
 cached on disk, so a notebook always shows what the raw data says), and delegates each question
-to a pure function: the derived tables (`perflib.derive`), verdicts (`perflib.verdicts`) and
-the standard figures (`perflib.report`).
+to a pure function: the derived tables (`perflib.derive`), verdicts (`perflib.verdicts`), the page's
+tables (`perflib.report.tables`) and its figures (`perflib.report.figures`).
 """
 
 from __future__ import annotations
@@ -13,9 +13,12 @@ from pathlib import Path
 
 import pandas as pd
 
-from perflib import derive, report
+from perflib import derive
 from perflib import verdicts as verdict_mod
-from perflib.campaign import Campaign, load_campaign, replace_data_dir
+from perflib.campaign import load_campaign
+from perflib.config import Campaign, replace_data_dir
+from perflib.report import figures, page
+from perflib.report import tables as page_tables
 
 
 class CampaignView:
@@ -31,6 +34,7 @@ class CampaignView:
 
     @cached_property
     def tables(self) -> derive.DerivedTables:
+        """The six derived tables, built from `data/raw` on first use."""
         return derive.build(self.campaign)
 
     @property
@@ -64,34 +68,34 @@ class CampaignView:
     @property
     def levels(self) -> pd.DataFrame:
         """Medians over repeats per (arm, backend, batch, context)."""
-        return report.level_table(self.tables)
+        return page_tables.level_table(self.tables)
 
     def decomposition(self) -> pd.DataFrame:
-        return self.levels[[*report.LEVEL_KEYS, "own_step_share", "prefill_share", "other_share"]]
+        return self.levels[[*page_tables.LEVEL_KEYS, "own_step_share", "prefill_share", "other_share"]]
 
     def step_over_floor(self) -> pd.DataFrame:
-        return report.floor_table(self.tables, self.campaign)
+        return page_tables.floor_table(self.tables, self.campaign)
 
     def before_after(self) -> pd.DataFrame:
-        return report.before_after_table(self.tables, [a.name for a in self.campaign.compared_arms])
+        return page_tables.before_after_table(self.tables, [a.name for a in self.campaign.compared_arms])
 
     def traced_overhead(self) -> pd.DataFrame:
         """Traced arms against the arm they trace, at batch 1 (the profiler's overhead)."""
-        return report.traced_overhead_table(self.tables, self.campaign)
+        return page_tables.traced_overhead_table(self.tables, self.campaign)
 
     def profile(self) -> pd.DataFrame:
         """Per traced level: steps, step ms, GPU busy and host gap ms per step."""
-        return report.trace_level_table(self.tables)
+        return page_tables.trace_level_table(self.tables)
 
     def batch_classes(self) -> pd.DataFrame:
         """Batch 1 to batch B by kernel class (ms per step, ratio, ratio over B)."""
-        return report.batch_class_table(self.tables)
+        return page_tables.batch_class_table(self.tables)
 
     def reference_ratio(self) -> pd.DataFrame:
-        return report.ratio_table(self.tables, [b.name for b in self.campaign.backends],
+        return page_tables.ratio_table(self.tables, [b.name for b in self.campaign.backends],
                                   self.campaign.other_backends, self.campaign.batches,
                                   [a.name for a in self.campaign.compared_arms],
-                                  references=report.reference_tables(self.campaign),
+                                  references=page_tables.reference_tables(self.campaign),
                                   other_note=self.campaign.other_backends_note)
 
     def verdict_list(self) -> list[verdict_mod.Verdict]:
@@ -106,16 +110,16 @@ class CampaignView:
         return [g for gate in self.campaign.gates for g in verdict_mod.evaluate_gate(gate, self.tables, ctx)]
 
     def plot_batch_scaling(self):
-        return report.plot_batch_scaling(self.tables)
+        return figures.plot_batch_scaling(self.tables)
 
     def plot_decomposition(self):
-        return report.plot_decomposition(self.tables)
+        return figures.plot_decomposition(self.tables)
 
     def plot_step_over_floor(self):
-        return report.plot_step_over_floor(self.tables, self.campaign)
+        return figures.plot_step_over_floor(self.tables, self.campaign)
 
     def plot_before_after(self):
-        return report.plot_before_after(self.tables, [a.name for a in self.campaign.compared_arms])
+        return figures.plot_before_after(self.tables, [a.name for a in self.campaign.compared_arms])
 
     def write_derived(self) -> Path:
         derive.write(self.tables, self.campaign.derived_dir())
@@ -123,7 +127,7 @@ class CampaignView:
 
     def write_report(self, reports_dir: str | Path | None = None, date: str | None = None) -> Path:
         self.write_derived()
-        return report.write_report(self.campaign, reports_dir=Path(reports_dir) if reports_dir else None, date=date,
+        return page.write_report(self.campaign, reports_dir=Path(reports_dir) if reports_dir else None, date=date,
                                    tables=self.tables)
 
 

@@ -1,20 +1,25 @@
-"""Run folders (docs/SCHEMA.md §2): paths, the manifest, JSON Lines, and the level's sink.
+"""Run folders (docs/SCHEMA.md §2): their names, their files, the manifest, and where the trace is.
 
-A run folder holds one (batch, context, repeat) level as captured: `manifest.json`,
-`requests.jsonl`, `warmup.jsonl`, `metrics_before.txt`, `metrics_after.txt`, `gauges.jsonl` and,
-where perflib started the server, `server.log`. The manifest is written at the start of the level
-with status `incomplete` and rewritten (temp file + rename, never half-written) at its end, so a
-crash or a kill leaves a folder that says it is incomplete and is re-measured on the next run.
+One run = one (campaign, arm, backend, batch, context, repeat), in
+`<data>/raw/<campaign>/<arm>/<backend>/b<batch>_c<context>_r<repeat>/` (a sweep writes the last part
+under its `--out`). The folder holds `manifest.json`, `requests.jsonl`, `warmup.jsonl`,
+`metrics_before.txt`, `metrics_after.txt`, `gauges.jsonl` and, where perflib started the server,
+`server.log`. The manifest is written at the start of the level with status `incomplete` and
+rewritten (temp file + rename, never half-written) at its end, so a crash or a kill leaves a folder
+that says it is incomplete and is re-measured on the next run.
+
+This module is the only place that knows these names and this layout. It reads and writes files and
+nothing else: no HTTP, no parsing of what the files hold beyond JSON.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import platform
-import sys
+import re
 import tempfile
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -30,21 +35,79 @@ GAUGES = "gauges.jsonl"
 METRICS_BEFORE = "metrics_before.txt"
 METRICS_AFTER = "metrics_after.txt"
 SERVER_LOG = "server.log"
+TRACE_NAMES = ("trace", "trace.json", "trace.json.gz", "trace.parquet")
+"""Where a run folder holds its own trace when the manifest names none (a folder or a file)."""
 
 COMPLETE = "complete"
 INCOMPLETE = "incomplete"
 
+RUN_NAME_RE = re.compile(r"^b(\d+)_c(\d+)_r(\d+)$")
+"""`b<batch>_c<context>_r<repeat>`; attempt copies (`….incomplete-1`, `….contended-2`) do not match."""
+
+
+# ------------------------------------------------------------------------------------------- names
+
 
 def run_name(batch: int, context: int, repeat: int) -> str:
-    """`b<batch>_c<context>_r<repeat>`."""
+    """`b<batch>_c<context>_r<repeat>`: the one place a run folder's name is built."""
     return f"b{batch}_c{context}_r{repeat}"
 
 
-def run_dir_for(out_dir: Path | str, batch: int, context: int, repeat: int) -> Path:
-    return Path(out_dir) / run_name(batch, context, repeat)
+def parse_run_name(name: str) -> tuple[int, int, int] | None:
+    """(batch, context, repeat) of a run folder's name, or None for any other name."""
+    match = RUN_NAME_RE.match(name)
+    return None if match is None else (int(match[1]), int(match[2]), int(match[3]))
 
 
-def write_json_atomic(path: Path, obj: Any) -> Path:
+def run_dir(root: Path | str, batch: int, context: int, repeat: int) -> Path:
+    """The run folder of one level and repeat below a sweep's output folder."""
+    return Path(root) / run_name(batch, context, repeat)
+
+
+def campaign_root(data_dir: Path | str, campaign: str) -> Path:
+    """`<data>/raw/<campaign>`: the folder that holds every arm of a campaign."""
+    return Path(data_dir) / "raw" / campaign
+
+
+def backend_dir(data_dir: Path | str, campaign: str, arm: str, backend: str) -> Path:
+    """`<data>/raw/<campaign>/<arm>/<backend>`: one server's run folders and its log."""
+    return campaign_root(data_dir, campaign) / arm / backend
+
+
+def campaign_run_dir(data_dir: Path | str, campaign: str, arm: str, backend: str, batch: int, context: int,
+                     repeat: int) -> Path:
+    """The run folder of one run of a campaign."""
+    return run_dir(backend_dir(data_dir, campaign, arm, backend), batch, context, repeat)
+
+
+@dataclass(frozen=True)
+class RunFolder:
+    """A run folder found on disk: its arm and backend (from the path) and the folder."""
+
+    arm: str
+    backend: str
+    path: Path
+
+
+def list_runs(root: Path | str) -> list[RunFolder]:
+    """Every run folder below `<root>/<arm>/<backend>/`, sorted by arm, backend, batch, context and
+    repeat; attempt copies moved aside are left out."""
+    root = Path(root)
+    found: list[RunFolder] = []
+    if not root.is_dir():
+        return found
+    for arm_dir in sorted(p for p in root.iterdir() if p.is_dir()):
+        for backend_path in sorted(p for p in arm_dir.iterdir() if p.is_dir()):
+            runs = [(parse_run_name(p.name), p) for p in backend_path.iterdir() if p.is_dir()]
+            for _, path in sorted((key, p) for key, p in runs if key is not None):
+                found.append(RunFolder(arm_dir.name, backend_path.name, path))
+    return found
+
+
+# ---------------------------------------------------------------------------------------- manifest
+
+
+def write_json_atomic(path: Path | str, obj: Any) -> Path:
     """Write JSON to a temp file beside `path`, fsync it, then rename it over `path`."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -63,18 +126,26 @@ def write_json_atomic(path: Path, obj: Any) -> Path:
     return path
 
 
-def write_manifest(run_dir: Path | str, manifest: Mapping[str, Any]) -> Path:
+def write_manifest(run: Path | str, manifest: Mapping[str, Any]) -> Path:
     """Atomically (re)write `manifest.json`; `schema` is set to `SCHEMA_VERSION`."""
-    return write_json_atomic(Path(run_dir) / MANIFEST, {"schema": SCHEMA_VERSION, **manifest})
+    return write_json_atomic(Path(run) / MANIFEST, {"schema": SCHEMA_VERSION, **manifest})
 
 
-def read_manifest(run_dir: Path | str) -> dict[str, Any]:
-    """The run's manifest; a missing or unreadable one is an `InputError` naming the file."""
-    path = Path(run_dir) / MANIFEST
+def read_manifest(run: Path | str, missing_ok: bool = False) -> dict[str, Any] | None:
+    """The manifest of a run folder (or of a manifest file given as such). A missing one is None with
+    `missing_ok`, else an `InputError`; one that is not a JSON object is always an `InputError`
+    naming the file."""
+    path = Path(run)
+    if path.is_dir() or not path.suffix:
+        path = path / MANIFEST
     try:
         text = path.read_text()
     except FileNotFoundError:
+        if missing_ok:
+            return None
         raise InputError(path, None, "a run manifest (the run folder was never started)", "no file") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputError(path, None, "a readable UTF-8 run manifest", f"{type(exc).__name__}: {exc}") from None
     try:
         obj = json.loads(text)
     except json.JSONDecodeError as exc:
@@ -84,24 +155,71 @@ def read_manifest(run_dir: Path | str) -> dict[str, Any]:
     return obj
 
 
-def is_complete(run_dir: Path | str) -> bool:
+def is_complete(run: Path | str) -> bool:
     """True only if the folder's manifest exists, parses and says `status: complete`."""
     try:
-        return read_manifest(run_dir).get("status") == COMPLETE
+        manifest = read_manifest(run, missing_ok=True)
     except InputError:
         return False
+    return manifest is not None and manifest.get("status") == COMPLETE
 
 
-def move_aside(run_dir: Path | str) -> Path:
-    """Rename an incomplete run folder to `<name>.incomplete-<n>` (first free n ≥ 1); returns it."""
-    run_dir = Path(run_dir)
+def mark_incomplete(run: Path | str, keys: Mapping[str, Any], error: str) -> None:
+    """Record a failure in the run's manifest without losing what the run wrote before it.
+
+    `keys` (campaign, arm, backend, batch, context, decode_tokens, repeat) start a manifest where the
+    run never wrote one; an unreadable manifest is kept beside the new one as `manifest.json.bad`.
+    """
+    run = Path(run)
+    run.mkdir(parents=True, exist_ok=True)
+    try:
+        manifest = read_manifest(run, missing_ok=True)
+    except InputError:
+        (run / MANIFEST).replace(run / f"{MANIFEST}.bad")
+        manifest = None
+    manifest = manifest if manifest is not None else {"schema": SCHEMA_VERSION, **keys}
+    manifest["status"] = INCOMPLETE
+    errors = manifest.get("errors")
+    manifest["errors"] = [*(errors if isinstance(errors, list) else []), error]
+    write_json_atomic(run / MANIFEST, manifest)
+
+
+def move_aside(run: Path | str, why: str = INCOMPLETE) -> Path:
+    """Rename a run folder to `<name>.<why>-<n>` (first free n ≥ 1) and return the new path: an
+    incomplete folder before it is measured again, a contended attempt before the next one."""
+    run = Path(run)
     n = 1
     while True:
-        target = run_dir.with_name(f"{run_dir.name}.incomplete-{n}")
+        target = run.with_name(f"{run.name}.{why}-{n}")
         if not target.exists():
-            run_dir.rename(target)
+            run.rename(target)
             return target
         n += 1
+
+
+def find_trace(run: Path | str, manifest: Mapping[str, Any] | None = None) -> Path | None:
+    """The trace a run folder names or holds: the manifest's `trace_path` (relative to the folder),
+    else a `trace/` folder or a `trace.json(.gz)` / `trace.parquet` file in it; None where neither.
+
+    A trace kept elsewhere (a campaign's `profiler.output` pattern) is the campaign's to find.
+    """
+    run = Path(run)
+    if manifest is None:
+        try:
+            manifest = read_manifest(run, missing_ok=True) or {}
+        except InputError:
+            manifest = {}
+    named = manifest.get("trace_path")
+    if isinstance(named, str) and named:
+        path = Path(named)
+        return path if path.is_absolute() else run / path
+    for name in TRACE_NAMES:
+        if (run / name).exists():
+            return run / name
+    return None
+
+
+# ------------------------------------------------------------------------------------- JSON Lines
 
 
 def append_jsonl(path: Path | str, obj: Mapping[str, Any]) -> None:
@@ -121,7 +239,10 @@ def read_jsonl(path: Path | str) -> list[dict[str, Any]]:
     path = Path(path)
     if not path.exists():
         return []
-    text = path.read_text()
+    try:
+        text = path.read_text()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputError(path, None, "a readable UTF-8 JSON Lines file", f"{type(exc).__name__}: {exc}") from None
     lines = text.split("\n")
     out: list[dict[str, Any]] = []
     for number, line in enumerate(lines, start=1):
@@ -139,76 +260,11 @@ def read_jsonl(path: Path | str) -> list[dict[str, Any]]:
     return out
 
 
-def tool_versions() -> dict[str, str]:
-    """Versions of perflib, Python, the event loop, httpx and the platform, for the manifest."""
-    from importlib import metadata
-
-    from perflib import __version__
-    from perflib.load import event_loop_name
-
-    tools = {"perflib": __version__, "python": sys.version.split()[0], "platform": platform.platform(),
-             "event_loop": event_loop_name()}
-    for dist in ("httpx", "httpcore", "h11"):
-        try:
-            tools[dist] = metadata.version(dist)
-        except metadata.PackageNotFoundError:
-            tools[dist] = "not installed"
-    return tools
-
-
-def server_kind(props: Mapping[str, Any] | None, models: Mapping[str, Any] | None) -> str:
-    """`llama.cpp` when `/props` looks like llama-server's, else the `owned_by` of `/v1/models`."""
-    if props and ("default_generation_settings" in props or "build_info" in props):
-        return "llama.cpp"
-    data = (models or {}).get("data") or []
-    if data and isinstance(data[0], dict) and data[0].get("owned_by"):
-        return str(data[0]["owned_by"])
-    return "unknown"
-
-
-def json_object(resp: Any) -> dict[str, Any] | None:
-    """The JSON object of a 200 answer (an httpx response), or None for any other answer."""
-    if resp.status_code != 200:
-        return None
-    try:
-        obj = resp.json()
-    except ValueError:
-        return None
-    return obj if isinstance(obj, dict) else None
-
-
-def server_identity(base_url: str, *, flags: list[str] | None = None, version: str | None = None,
-                    timeout: float = 10.0) -> dict[str, Any]:
-    """`{kind, version, flags, model, props, models}` from `GET /props` and `GET /v1/models`.
-
-    `flags` are the command-line flags perflib used when it started the server (None when it
-    did not). Raises `httpx.ConnectError` when nothing listens at `base_url`; an endpoint the
-    server lacks reads as None.
-    """
-    import httpx
-
-    def get(client: httpx.Client, path: str) -> dict[str, Any] | None:
-        return json_object(client.get(base_url.rstrip("/") + path, headers={"Connection": "close"}))
-
-    with httpx.Client(timeout=timeout, trust_env=False,
-                      limits=httpx.Limits(max_keepalive_connections=0)) as client:
-        props = get(client, "/props")
-        models = get(client, "/v1/models")
-    data = (models or {}).get("data") or []
-    model = data[0].get("id") if data and isinstance(data[0], dict) else None
-    if model is None and props:
-        model = props.get("model_alias") or props.get("model_path")
-    if version is None and props:
-        version = props.get("build_info")
-    return {"kind": server_kind(props, models), "version": version, "flags": flags, "model": model,
-            "props": props, "models": models}
-
-
 class RunWriter:
     """A `perflib.load.LevelSink` that writes a level's outputs into its run folder as they come."""
 
-    def __init__(self, run_dir: Path | str):
-        self.run_dir = Path(run_dir)
+    def __init__(self, run: Path | str):
+        self.run_dir = Path(run)
         self.run_dir.mkdir(parents=True, exist_ok=True)
 
     def request(self, record: Any) -> None:

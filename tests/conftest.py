@@ -2,25 +2,18 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
-
-REPO = Path(__file__).resolve().parents[1]
-FIXTURES = REPO.parent / "shared" / "fixtures"
-
-
-def fixtures_dir() -> Path:
-    """`../shared/fixtures` beside the clone, as CI lays it out."""
-    return Path(os.environ.get("PERFLIB_FIXTURES", FIXTURES))
+from support import fixtures_dir
 
 
 @pytest.fixture(scope="session")
 def fixtures() -> Path:
     path = fixtures_dir()
     if not path.is_dir():
-        pytest.skip(f"public fixtures not found at {path} (CI lays ../shared/fixtures beside the clone)")
+        pytest.skip(f"public fixtures not found at {path} (CI lays ../shared/fixtures beside the clone; "
+                    "or set PERFLIB_FIXTURES)")
     return path
 
 

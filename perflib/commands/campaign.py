@@ -55,7 +55,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def _load(args: argparse.Namespace):
     from pathlib import Path
 
-    from perflib.campaign import load_campaign, replace_data_dir
+    from perflib.campaign import load_campaign
+    from perflib.config import replace_data_dir
 
     campaign = load_campaign(args.file)
     return replace_data_dir(campaign, Path(args.data) if getattr(args, "data", None) else None,
@@ -65,10 +66,10 @@ def _load(args: argparse.Namespace):
 def validate(args: argparse.Namespace) -> int:
     import json
 
-    from perflib.campaign import expand, load_campaign
+    from perflib.campaign import load_campaign
 
     campaign = load_campaign(args.file)
-    runs = expand(campaign)
+    runs = campaign.expand()
     info = {"campaign": campaign.name, "runs": len(runs), "arms": [a.name for a in campaign.arms],
             "backends": [b.name for b in campaign.backends], "candidates": [c.id for c in campaign.candidates]}
     if args.json:
@@ -84,7 +85,8 @@ def run(args: argparse.Namespace) -> int:
     import json
     import sys
 
-    from perflib.campaign import GUARD_EXIT, parse_only, run_campaign
+    from perflib.campaign import GUARD_EXIT, run_campaign
+    from perflib.config import parse_only
 
     campaign = _load(args)
     result = run_campaign(campaign, guard=args.guard, only=parse_only(args.only), kernel_name=args.kernel,
@@ -109,11 +111,12 @@ def run(args: argparse.Namespace) -> int:
 def report(args: argparse.Namespace) -> int:
     import json
 
-    from perflib import report as report_mod
+    from perflib.campaign import export_notebook
+    from perflib.report import write_report
 
     campaign = _load(args)
-    page = report_mod.write_report(campaign, date=args.date)
-    exported = report_mod.export_notebook(campaign) if args.notebook_export else None
+    page = write_report(campaign, date=args.date)
+    exported = export_notebook(campaign) if args.notebook_export else None
     if args.json:
         print(json.dumps({"campaign": campaign.name, "page": str(page),
                           "derived": str(campaign.derived_dir()), "notebook_export": str(exported) if exported else None}))

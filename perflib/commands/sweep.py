@@ -3,6 +3,53 @@
 from __future__ import annotations
 
 import argparse
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+TABLE_FIGURES = (
+    ("ok", "ok", "{:.0f}"),
+    ("failed", "failed", "{:.0f}"),
+    ("ttft_ms", "TTFT (ms)", "{:.1f}"),
+    ("decode_tok_s", "decode (tok/s/req)", "{:.1f}"),
+    ("aggregate_tok_s", "aggregate (tok/s)", "{:.1f}"),
+    ("decode_step_ms", "step, counters (ms)", "{:.2f}"),
+    ("steady_step_ms", "steady step, client (ms)", "{:.2f}"),
+    ("occupancy", "occupancy (slots/step)", "{:.2f}"),
+    ("prefill_chunks", "prefill chunks (count)", "{:.0f}"),
+    ("own_step_share", "own-step share (%)", "{:.1f}"),
+)
+"""(summary key, header with unit, format) of each figure in the per-level table."""
+
+COUNTER_KEYS = frozenset({"decode_step_ms", "occupancy", "prefill_chunks"})
+
+
+def _cell(row: Mapping[str, Any], key: str, fmt: str) -> str:
+    if key in COUNTER_KEYS and row.get("counters") != "ok":
+        return "n/a (no /metrics)"
+    if key == "prefill_chunks" and row.get("prefill_chunks_absent") and row.get(key) is None:
+        return "absent"
+    value = row.get(key)
+    if value is None:
+        return "n/a"
+    scale = 100.0 if key == "own_step_share" else 1.0
+    lo, hi = row.get(f"{key}_min"), row.get(f"{key}_max")
+    text = fmt.format(value * scale)
+    if lo is not None and hi is not None and fmt.format(lo * scale) != fmt.format(hi * scale):
+        text += f" ({fmt.format(lo * scale)}–{fmt.format(hi * scale)})"
+    return text
+
+
+def format_level_table(rows: Sequence[Mapping[str, Any]]) -> str:
+    """The per-level table: medians over repeats with (min–max), units in the headers."""
+    from tabulate import tabulate
+
+    headers = ["batch", "context (tokens)", "runs complete", *(f[1] for f in TABLE_FIGURES)]
+    body = [[row["batch"], row["context"], f"{row['complete']}/{row['repeats']}",
+             *(_cell(row, key, fmt) for key, _, fmt in TABLE_FIGURES)] for row in rows]
+    note = ("medians over repeats, (min–max) where they differ; step, counters = Δtokens_predicted_seconds / "
+            "Δdecode tokens from /metrics; steady step, client = median ITL while all requests decode; "
+            "own-step share = median over requests of (n−1) × steady step / decode window")
+    return tabulate(body, headers=headers, tablefmt="simple", disable_numparse=True) + "\n" + note
 
 
 def _int_list(text: str) -> list[int]:
@@ -64,7 +111,7 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps({"out": str(result.out_dir), "levels": result.levels, "runs": result.runs,
                           "incomplete": incomplete}, default=str))
     else:
-        print(sweep.format_level_table(result.levels))
+        print(format_level_table(result.levels))
         print(f"run folders: {result.out_dir}")
         for path in incomplete:
             print(f"incomplete: {path}", file=sys.stderr)

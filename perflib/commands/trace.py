@@ -136,9 +136,9 @@ def run_cut(args: argparse.Namespace) -> int:
     """Read the trace once, cut every run folder's level window, print what each got."""
     import json
 
+    from perflib.cut import cut_into_runs
     from perflib.errors import PerflibError
     from perflib.traces import read_trace
-    from perflib.traces.cut import cut_into_runs
 
     if args.margin_ms < 0:
         raise PerflibError(f"--margin-ms {args.margin_ms}: expected a margin >= 0 ms")

@@ -11,13 +11,15 @@ ns, so `clock` is `realtime`. Mangled names are demangled with `cxxfilt` when it
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from perflib.errors import InputError
-from perflib.traces import Trace, schema
+from perflib.traces import files, schema
+from perflib.traces.trace import Trace
 
 SOURCE = "cupti-text"
 DISPATCH_KINDS = {"KERNEL": "kernel", "CONCURRENT_KERNEL": "kernel", "MEMCPY": "memcpy", "MEMSET": "memset"}
@@ -65,17 +67,20 @@ def _demangler():
     return demangle
 
 
-def read_cupti_text(path: Path) -> Trace:
-    """A `cupti_trace_injection` stdout capture (`.txt`, `.log`, `.gz`) -> Trace."""
-    path = Path(path)
-    raw = schema.read_bytes(path)
-    text = raw.decode("utf-8", errors="replace")
-    lines = text.split("\n")
-    cut_last = not text.endswith("\n")
-    records: list[dict[str, Any]] = []
+@dataclass
+class _Parsed:
+    """The records of a capture, and what was skipped on the way."""
+
+    records: list[dict[str, Any]] = field(default_factory=list)
+    overhead: int = 0
+    malformed: list[int] = field(default_factory=list)
+
+
+def _parse(path: Path, lines: list[str], cut_last: bool) -> _Parsed:
+    """Record lines and their tab-started continuation lines; the server's own output is skipped, and
+    a record line garbled by it is counted (never guessed at)."""
+    out = _Parsed()
     current: dict[str, Any] | None = None
-    overhead = 0
-    malformed: list[int] = []
     for number, line in enumerate(lines, start=1):
         if line.startswith(("\t", "  ")):  # continuation (tab; some record kinds indent with spaces)
             if current is not None:
@@ -91,29 +96,32 @@ def read_cupti_text(path: Path) -> Trace:
                 raise InputError(path, f"line {number}", "a CUPTI record 'KIND [ START_NS, END_NS ] duration NS, ...'",
                                  repr(line[:120]) + " (the file ends mid-record: truncated?)")
             # The injection prints from its own thread into the server's stdout: another writer can
-            # land inside a record line. Such a line is skipped and counted, never guessed at.
-            malformed.append(number)
+            # land inside a record line.
+            out.malformed.append(number)
             continue
         kind = m["kind"]
         if kind == "OVERHEAD":
-            overhead += 1
+            out.overhead += 1
             continue
         if kind not in DISPATCH_KINDS and kind not in API_KINDS:
             continue
         name, rest = _split_name(m["rest"])
         extra = (m["extra"] or "").strip('"')
         current = {
-            "kind": kind,
-            "line": number,
-            "start": int(m["start"]),
-            "end": int(m["end"]),
-            "name": name
-            if name is not None
-            else (f"Memcpy {extra}".strip() if kind == "MEMCPY" else kind.title()),
+            "kind": kind, "line": number, "start": int(m["start"]), "end": int(m["end"]),
+            "name": name if name is not None else (f"Memcpy {extra}".strip() if kind == "MEMCPY" else kind.title()),
             "pairs": dict((k, int(v)) for k, v in _PAIR.findall(rest)),
         }
-        records.append(current)
+        out.records.append(current)
+    return out
 
+
+def read_cupti_text(path: Path) -> Trace:
+    """A `cupti_trace_injection` stdout capture (`.txt`, `.log`, `.gz`) -> Trace."""
+    path = Path(path)
+    text = files.read_bytes(path).decode("utf-8", errors="replace")
+    parsed = _parse(path, text.split("\n"), not text.endswith("\n"))
+    records, malformed = parsed.records, parsed.malformed
     if malformed and len(malformed) > max(10, len(records) // 100):
         raise InputError(path, f"line {malformed[0]}", "CUPTI records, with at most 1% of record lines garbled "
                          "by interleaved output", f"{len(malformed)} garbled record lines of {len(records) + len(malformed)}")
@@ -127,40 +135,25 @@ def read_cupti_text(path: Path) -> Trace:
     names = [r["name"] for r in gpu]
     if demangle is not None:
         names = [demangle(n) for n in names]
-    dispatches = schema.dispatch_frame(
-        {
-            "kernel": names,
-            "start_ns": np.asarray([r["start"] for r in gpu], dtype=np.int64),
-            "end_ns": np.asarray([r["end"] for r in gpu], dtype=np.int64),
-            "device": col(gpu, "deviceId"),
-            "stream": col(gpu, "streamId"),
-            "correlation_id": col(gpu, "correlationId"),
-            "kind": [DISPATCH_KINDS[r["kind"]] for r in gpu],
-        },
-        SOURCE,
-        path,
-        lambda i: f"line {gpu[i]['line']}",
-    )
-    api = schema.api_frame(
-        {
-            "name": [r["name"] for r in host],
-            "start_ns": np.asarray([r["start"] for r in host], dtype=np.int64),
-            "end_ns": np.asarray([r["end"] for r in host], dtype=np.int64),
-            "pid": col(host, "processId"),
-            "tid": col(host, "threadId"),
-            "correlation_id": col(host, "correlationId"),
-            "domain": [API_KINDS[r["kind"]] for r in host],
-        },
-        SOURCE,
-        path,
-        lambda i: f"line {host[i]['line']}",
-    )
-    graph = col(gpu, "graphId")
+    dispatches = schema.dispatch_frame({
+        "kernel": names,
+        "start_ns": np.asarray([r["start"] for r in gpu], dtype=np.int64),
+        "end_ns": np.asarray([r["end"] for r in gpu], dtype=np.int64),
+        "device": col(gpu, "deviceId"), "stream": col(gpu, "streamId"), "correlation_id": col(gpu, "correlationId"),
+        "kind": [DISPATCH_KINDS[r["kind"]] for r in gpu],
+    }, SOURCE, path, lambda i: f"line {gpu[i]['line']}")
+    api = schema.api_frame({
+        "name": [r["name"] for r in host],
+        "start_ns": np.asarray([r["start"] for r in host], dtype=np.int64),
+        "end_ns": np.asarray([r["end"] for r in host], dtype=np.int64),
+        "pid": col(host, "processId"), "tid": col(host, "threadId"), "correlation_id": col(host, "correlationId"),
+        "domain": [API_KINDS[r["kind"]] for r in host],
+    }, SOURCE, path, lambda i: f"line {host[i]['line']}")
     meta = {
         "malformed_record_lines": len(malformed),
         "malformed_record_line_numbers": malformed[:20],
         "demangled": demangle is not None,
-        "overhead_records": overhead,
-        "graph_launched": int(np.count_nonzero(graph > 0)),
+        "overhead_records": parsed.overhead,
+        "graph_launched": int(np.count_nonzero(col(gpu, "graphId") > 0)),
     }
     return Trace(dispatches, api, schema.empty_markers(SOURCE), "realtime", SOURCE, str(path), meta)

@@ -22,7 +22,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from perflib.errors import InputError
-from perflib.traces import Trace
+from perflib.traces.files import load_json
+from perflib.traces.trace import Trace
 
 if TYPE_CHECKING:
     import numpy as np
@@ -140,7 +141,7 @@ def extract(data: Any, path: Path) -> dict[str, Any]:
 
 def build(cols: dict[str, Any], path: Path) -> Trace:
     """Second half of the read: column lists (from `extract`) -> the canonical tables and a Trace."""
-    from perflib.traces import schema
+    from perflib.traces import schema  # numpy and pandas: not before the prefetch has forked
 
     path = Path(path)
     top = cols["top"]
@@ -195,7 +196,5 @@ def build(cols: dict[str, Any], path: Path) -> Trace:
 
 def read_kineto(path: Path) -> Trace:
     """A Kineto trace (`.json` / `.json.gz`) -> Trace."""
-    from perflib.traces.files import load_json
-
     path = Path(path)
     return build(extract(load_json(path), path), path)

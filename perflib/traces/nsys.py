@@ -24,8 +24,9 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from perflib.errors import InputError
-from perflib.traces import Trace, schema
-from perflib.traces.rocpd import _columns, connect, objects
+from perflib.traces import schema
+from perflib.traces.sqlite import columns, connect, objects
+from perflib.traces.trace import Trace
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -99,114 +100,94 @@ def _activity_frame(rows: list[tuple], path: Path, table: str, kind: str) -> pd.
     )
 
 
-def read_nsys(path: Path) -> Trace:
-    """An nsys SQLite export -> Trace."""
-    path = Path(path)
-    con = connect(path)
-    try:
-        names = objects(con)
-        has_strings = "StringIds" in names
-        frames = []
-        k = "CUPTI_ACTIVITY_KIND_KERNEL"
-        name_col = None
-        if k in names:
-            cols = _columns(con, k)
-            name_col = next(
-                (c for c in ("demangledName", "shortName", "mangledName", "name") if c in cols), None
-            )
-            if name_col is None:
-                raise InputError(
-                    path, f"table {k}", "a demangledName, shortName or name column", ", ".join(cols)
-                )
-            name_expr = f"COALESCE(s.value, k.{name_col})" if has_strings else f"k.{name_col}"
-            join = f"LEFT JOIN StringIds s ON s.id = k.{name_col}" if has_strings else ""
-            rows = _fetch(
-                con,
-                path,
-                f"SELECT k.start, k.end, k.deviceId, k.streamId, k.correlationId, {name_expr} FROM {k} k {join}",
-                f"table {k}",
-            )
-            frames.append(_activity_frame(rows, path, k, "kernel"))
-        for table, kind in (
-            ("CUPTI_ACTIVITY_KIND_MEMCPY", "memcpy"),
-            ("CUPTI_ACTIVITY_KIND_MEMSET", "memset"),
-        ):
-            if table not in names:
-                continue
-            if kind == "memcpy" and "ENUM_CUDA_MEMCPY_OPER" in names:
-                label = "COALESCE('Memcpy ' || o.label, 'Memcpy')"
-                join = "LEFT JOIN ENUM_CUDA_MEMCPY_OPER o ON o.id = t.copyKind"
-            else:
-                label, join = ("'Memcpy'" if kind == "memcpy" else "'Memset'"), ""
-            rows = _fetch(
-                con,
-                path,
-                f"SELECT t.start, t.end, t.deviceId, t.streamId, t.correlationId, {label} FROM {table} t {join}",
-                f"table {table}",
-            )
-            frames.append(_activity_frame(rows, path, table, kind))
-        api: dict[str, Any] = {"start_ns": [], "end_ns": []}
-        r_table = "CUPTI_ACTIVITY_KIND_RUNTIME"
-        if r_table in names:
-            name_expr = "COALESCE(s.value, r.nameId)" if has_strings else "r.nameId"
-            join = "LEFT JOIN StringIds s ON s.id = r.nameId" if has_strings else ""
-            rows = _fetch(
-                con,
-                path,
-                f"SELECT r.start, r.end, r.globalTid, r.correlationId, {name_expr} FROM {r_table} r {join}",
-                f"table {r_table}",
-            )
-            s, e = _times(rows, path, r_table)
-            pid, tid = _pid_tid([r[2] for r in rows])
-            api = {
-                "name": [str(r[4]) for r in rows],
-                "start_ns": s,
-                "end_ns": e,
-                "pid": pid,
-                "tid": tid,
-                "correlation_id": _ints([r[3] for r in rows]),
-                "domain": "cuda_runtime",
-            }
-        markers: dict[str, Any] = {"start_ns": [], "end_ns": []}
-        if "NVTX_EVENTS" in names:
-            cols = _columns(con, "NVTX_EVENTS")
-            text = "n.text" if "text" in cols else "NULL"
-            if has_strings and "textId" in cols:
-                text = f"COALESCE({text}, s.value)"
-                join = "LEFT JOIN StringIds s ON s.id = n.textId"
-            else:
-                join = ""
-            kinds = ", ".join(str(k_) for k_ in NVTX_KINDS)
-            cond = f"WHERE n.eventType IN ({kinds})" if "eventType" in cols else ""
-            rows = _fetch(
-                con,
-                path,
-                f"SELECT n.start, n.end, n.globalTid, {text} FROM NVTX_EVENTS n {join} {cond}",
-                "table NVTX_EVENTS",
-            )
-            s, e = _times(rows, path, "NVTX_EVENTS", mark_ok=True)
-            pid, tid = _pid_tid([r[2] for r in rows])
-            markers = {
-                "name": [str(r[3] or "") for r in rows],
-                "start_ns": s,
-                "end_ns": e,
-                "pid": pid,
-                "tid": tid,
-                "domain": "nvtx",
-            }
-        epoch = None
-        if "TARGET_INFO_SESSION_START_TIME" in names:
-            row = con.execute("SELECT utcEpochNs FROM TARGET_INFO_SESSION_START_TIME").fetchone()
-            epoch = row[0] if row else None
-        export_meta = {}
-        if "META_DATA_EXPORT" in names:
-            export_meta = dict(con.execute("SELECT name, value FROM META_DATA_EXPORT").fetchall())
-    finally:
-        con.close()
-    dispatches = schema.concat(frames or [schema.empty_dispatches(SOURCE)], schema.DISPATCH_COLUMNS)
-    api_table = schema.api_frame(api, SOURCE, path, lambda i: f"table {r_table}, row {i + 1}")
-    marker_table = schema.marker_frame(markers, SOURCE, path, lambda i: f"table NVTX_EVENTS, row {i + 1}")
-    tables = (dispatches, api_table, marker_table)
+KERNELS = "CUPTI_ACTIVITY_KIND_KERNEL"
+RUNTIME = "CUPTI_ACTIVITY_KIND_RUNTIME"
+
+
+def _kernels(con: sqlite3.Connection, path: Path, names: set[str]) -> tuple[pd.DataFrame | None, str | None]:
+    """Kernels, named through `StringIds` (demangledName, else shortName; a very old export has text)."""
+    if KERNELS not in names:
+        return None, None
+    cols = columns(con, KERNELS)
+    name_col = next((c for c in ("demangledName", "shortName", "mangledName", "name") if c in cols), None)
+    if name_col is None:
+        raise InputError(path, f"table {KERNELS}", "a demangledName, shortName or name column", ", ".join(cols))
+    strings = "StringIds" in names
+    name_expr = f"COALESCE(s.value, k.{name_col})" if strings else f"k.{name_col}"
+    join = f"LEFT JOIN StringIds s ON s.id = k.{name_col}" if strings else ""
+    rows = _fetch(con, path, f"SELECT k.start, k.end, k.deviceId, k.streamId, k.correlationId, {name_expr} "
+                             f"FROM {KERNELS} k {join}", f"table {KERNELS}")
+    return _activity_frame(rows, path, KERNELS, "kernel"), name_col
+
+
+def _copies_and_sets(con: sqlite3.Connection, path: Path, names: set[str]) -> list[pd.DataFrame]:
+    """Memcpy rows (named by their copy kind where the export has the enum table) and memset rows."""
+    frames = []
+    for table, kind in (("CUPTI_ACTIVITY_KIND_MEMCPY", "memcpy"), ("CUPTI_ACTIVITY_KIND_MEMSET", "memset")):
+        if table not in names:
+            continue
+        if kind == "memcpy" and "ENUM_CUDA_MEMCPY_OPER" in names:
+            label = "COALESCE('Memcpy ' || o.label, 'Memcpy')"
+            join = "LEFT JOIN ENUM_CUDA_MEMCPY_OPER o ON o.id = t.copyKind"
+        else:
+            label, join = ("'Memcpy'" if kind == "memcpy" else "'Memset'"), ""
+        rows = _fetch(con, path, f"SELECT t.start, t.end, t.deviceId, t.streamId, t.correlationId, {label} "
+                                 f"FROM {table} t {join}", f"table {table}")
+        frames.append(_activity_frame(rows, path, table, kind))
+    return frames
+
+
+def _runtime(con: sqlite3.Connection, path: Path, names: set[str]) -> pd.DataFrame:
+    """CUDA runtime API calls."""
+    if RUNTIME not in names:
+        return schema.empty_api(SOURCE)
+    strings = "StringIds" in names
+    name_expr = "COALESCE(s.value, r.nameId)" if strings else "r.nameId"
+    join = "LEFT JOIN StringIds s ON s.id = r.nameId" if strings else ""
+    rows = _fetch(con, path, f"SELECT r.start, r.end, r.globalTid, r.correlationId, {name_expr} "
+                             f"FROM {RUNTIME} r {join}", f"table {RUNTIME}")
+    s, e = _times(rows, path, RUNTIME)
+    pid, tid = _pid_tid([r[2] for r in rows])
+    return schema.api_frame({"name": [str(r[4]) for r in rows], "start_ns": s, "end_ns": e, "pid": pid, "tid": tid,
+                             "correlation_id": _ints([r[3] for r in rows]), "domain": "cuda_runtime"},
+                            SOURCE, path, lambda i: f"table {RUNTIME}, row {i + 1}")
+
+
+def _nvtx(con: sqlite3.Connection, path: Path, names: set[str]) -> pd.DataFrame:
+    """NVTX ranges and marks (a mark has no end), their text inline or through `StringIds`."""
+    if "NVTX_EVENTS" not in names:
+        return schema.empty_markers(SOURCE)
+    cols = columns(con, "NVTX_EVENTS")
+    text = "n.text" if "text" in cols else "NULL"
+    join = ""
+    if "StringIds" in names and "textId" in cols:
+        text = f"COALESCE({text}, s.value)"
+        join = "LEFT JOIN StringIds s ON s.id = n.textId"
+    kinds = ", ".join(str(k) for k in NVTX_KINDS)
+    cond = f"WHERE n.eventType IN ({kinds})" if "eventType" in cols else ""
+    rows = _fetch(con, path, f"SELECT n.start, n.end, n.globalTid, {text} FROM NVTX_EVENTS n {join} {cond}",
+                  "table NVTX_EVENTS")
+    s, e = _times(rows, path, "NVTX_EVENTS", mark_ok=True)
+    pid, tid = _pid_tid([r[2] for r in rows])
+    return schema.marker_frame({"name": [str(r[3] or "") for r in rows], "start_ns": s, "end_ns": e, "pid": pid,
+                                "tid": tid, "domain": "nvtx"},
+                               SOURCE, path, lambda i: f"table NVTX_EVENTS, row {i + 1}")
+
+
+def _session(con: sqlite3.Connection, names: set[str]) -> tuple[Any, dict[str, Any]]:
+    """The session start in Unix ns (`utcEpochNs`), and the export's own metadata."""
+    epoch = None
+    if "TARGET_INFO_SESSION_START_TIME" in names:
+        row = con.execute("SELECT utcEpochNs FROM TARGET_INFO_SESSION_START_TIME").fetchone()
+        epoch = row[0] if row else None
+    export_meta = {}
+    if "META_DATA_EXPORT" in names:
+        export_meta = dict(con.execute("SELECT name, value FROM META_DATA_EXPORT").fetchall())
+    return epoch, export_meta
+
+
+def _shift_to_unix(tables: tuple[pd.DataFrame, ...], epoch: Any) -> bool:
+    """Add the session start to every time where the times look session-relative; True where done."""
     latest = max((int(t["end_ns"].max()) for t in tables if len(t)), default=0)
     first = min((int(t["start_ns"].min()) for t in tables if len(t)), default=0)
     relative = (isinstance(epoch, int) and epoch > 0 and 0 <= first < RELATIVE_FIRST_MAX_NS
@@ -215,6 +196,23 @@ def read_nsys(path: Path) -> Trace:
         for t in tables:
             t["start_ns"] += epoch
             t["end_ns"] += epoch
+    return relative
+
+
+def read_nsys(path: Path) -> Trace:
+    """An nsys SQLite export -> Trace."""
+    path = Path(path)
+    con = connect(path)
+    try:
+        names = objects(con)
+        kernels, name_col = _kernels(con, path, names)
+        frames = ([kernels] if kernels is not None else []) + _copies_and_sets(con, path, names)
+        api, markers = _runtime(con, path, names), _nvtx(con, path, names)
+        epoch, export_meta = _session(con, names)
+    finally:
+        con.close()
+    dispatches = schema.concat(frames or [schema.empty_dispatches(SOURCE)], schema.DISPATCH_COLUMNS)
+    relative = _shift_to_unix((dispatches, api, markers), epoch)
     meta = {
         "kernel_name_column": name_col,
         "session_start_utc_epoch_ns": epoch,
@@ -222,4 +220,4 @@ def read_nsys(path: Path) -> Trace:
         "shifted_by_session_start": relative,
         "to_unix_ns": 0 if relative else None,
     }
-    return Trace(dispatches, api_table, marker_table, "realtime" if relative else "unknown", SOURCE, str(path), meta)
+    return Trace(dispatches, api, markers, "realtime" if relative else "unknown", SOURCE, str(path), meta)

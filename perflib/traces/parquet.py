@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 from perflib.errors import InputError
 
 if TYPE_CHECKING:
-    from perflib.traces import Trace
+    from perflib.traces.trace import Trace
 
 PARQUET_MAGIC = b"PAR1"
 _META_KEY = b"perflib.trace"
@@ -58,7 +58,8 @@ def read_trace_parquet(path: str | Path) -> Trace:
     """Read a file written by `write_trace_parquet` back into a `Trace`."""
     import pyarrow.parquet as pq
 
-    from perflib.traces import Trace, schema
+    from perflib.traces import schema
+    from perflib.traces.trace import Trace
 
     path = Path(path)
     try:

@@ -18,6 +18,11 @@ import pickle
 from pathlib import Path
 from typing import Any
 
+from perflib.errors import PerflibError
+from perflib.traces import kineto
+from perflib.traces.detect import detect_format
+from perflib.traces.files import load_json
+
 MIN_BYTES = 4 << 20
 """Below this much JSON the parse is shorter than a fork is worth."""
 MAX_BYTES = 64 << 20
@@ -63,9 +68,6 @@ class Prefetch:
 
 
 def _columns(path: Path) -> dict[str, Any]:
-    from perflib.traces import kineto
-    from perflib.traces.files import load_json
-
     return kineto.extract(load_json(path), path)
 
 
@@ -82,9 +84,6 @@ def _json_bytes(path: Path) -> int:
 def start(path: str | Path, min_bytes: int = MIN_BYTES, max_bytes: int = MAX_BYTES) -> Prefetch | None:
     """Start parsing `path` in a child where that pays: Kineto JSON of `min_bytes` to `max_bytes`
     (gunzipped), `os.fork` available and two or more cores. None otherwise (read it the normal way)."""
-    from perflib.errors import PerflibError
-    from perflib.traces import detect_format
-
     path = Path(path)
     try:
         if not path.is_file() or detect_format(path) != "kineto" or not min_bytes <= _json_bytes(path) <= max_bytes:

@@ -8,9 +8,7 @@ column in the error.
 
 from __future__ import annotations
 
-import csv
 import io
-import re
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +16,7 @@ import numpy as np
 import pandas as pd
 
 from perflib.errors import InputError
-from perflib.traces import schema
+from perflib.traces import csvread, files, rocprof_legacy, schema
 
 SOURCE = "rocprofv3-csv"
 
@@ -31,27 +29,15 @@ SCRATCH = "scratch_memory_trace"
 COUNTERS = "counter_collection"
 STATS = "stats"
 AGENT_INFO = "agent_info"
-LEGACY = "legacy_results"
+LEGACY = rocprof_legacy.TABLE
 
 REQUIRED = {
     KERNEL: ("kernel_name", "start_timestamp", "end_timestamp", "agent_id"),
     MEMCPY: ("direction", "start_timestamp", "end_timestamp", "source_agent_id", "destination_agent_id"),
     API: ("domain", "function", "start_timestamp", "end_timestamp"),
     STATS: ("name", "calls", "totaldurationns", "averagens", "percentage"),
-    LEGACY: ("kernelname", "beginns", "endns"),
+    LEGACY: rocprof_legacy.REQUIRED,
 }
-
-_AGENT_NUMBER = re.compile(r"(-?\d+)\s*$")
-
-
-def header_of(path: Path) -> list[str]:
-    """The header row as written (quotes removed), from the first line of the file."""
-    head = schema.read_head(path)
-    text = head.decode("utf-8", errors="replace")
-    first = text.splitlines()[0] if text else ""
-    if not first.strip():
-        raise InputError(path, "line 1", "a CSV header line", "an empty file" if not text else "a blank line")
-    return next(csv.reader([first]))
 
 
 def classify(header: list[str]) -> str | None:
@@ -94,130 +80,6 @@ def kernel_header_version(header: list[str]) -> str:
     return "A"
 
 
-def _columns(path: Path, header: list[str], kind: str) -> dict[str, str]:
-    """Map lower-case canonical header names to the names as written; check the required ones."""
-    names = {h.strip().lower(): h for h in header}
-    missing = [c for c in REQUIRED.get(kind, ()) if c not in names]
-    if missing:
-        raise InputError(
-            path,
-            "line 1",
-            f"a {kind} header with column(s) {', '.join(missing)} (case-insensitive)",
-            ",".join(header),
-        )
-    return names
-
-
-# --- pyarrow read, with a Python fallback that names the line and column ---------------------------
-
-
-def _locate_error(path: Path, header: list[str], int_columns: set[str], arrow_message: str) -> InputError:
-    """Scan the file with the csv module to find the first row pyarrow refused."""
-    text = schema.read_bytes(path).decode("utf-8", errors="replace")
-    ends_with_newline = text.endswith("\n")
-    lower = [h.strip().lower() for h in header]
-    int_idx = [i for i, h in enumerate(lower) if h in int_columns]
-    reader = csv.reader(io.StringIO(text))
-    try:
-        next(reader)
-        last_line = text.count("\n") + (0 if ends_with_newline else 1)
-        for row in reader:
-            line = reader.line_num
-            if not row:
-                continue
-            if len(row) != len(header):
-                cut = (not ends_with_newline) and line >= last_line
-                return InputError(
-                    path,
-                    f"line {line}",
-                    f"{len(header)} columns as in the header",
-                    f"{len(row)}" + (" (the file ends mid-row: truncated?)" if cut else ""),
-                )
-            for i in int_idx:
-                value = row[i].strip()
-                try:
-                    int(value)
-                except ValueError:
-                    return InputError(
-                        path, f"line {line}, column {header[i]}", "an integer (ns or id)", repr(row[i])
-                    )
-    except csv.Error as exc:
-        return InputError(path, f"line {reader.line_num}", "well-formed CSV", str(exc))
-    return InputError(path, None, "CSV that pyarrow can parse", arrow_message)
-
-
-def _read_arrow(path: Path, header: list[str], types: dict[str, Any], int_columns: set[str]) -> Any:
-    """pyarrow table of the columns in `types` (keys are names as written)."""
-    import pyarrow as pa
-    import pyarrow.csv as pacsv
-
-    source: Any = str(path)
-    with open(path, "rb") as fh:
-        magic = fh.read(2)
-    if magic == schema.GZIP_MAGIC or schema.is_gzip_name(path):
-        source = io.BytesIO(schema.read_bytes(path))
-    try:
-        return pacsv.read_csv(
-            source,
-            read_options=pacsv.ReadOptions(block_size=1 << 24),
-            convert_options=pacsv.ConvertOptions(
-                include_columns=list(types),
-                column_types=types,
-                strings_can_be_null=False,
-                quoted_strings_can_be_null=False,
-            ),
-        )
-    except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
-        raise _locate_error(path, header, int_columns, str(exc)) from exc
-
-
-def _int_column(table: Any, name: str | None, n: int, path: Path, required: bool = False) -> np.ndarray:
-    import pyarrow.compute as pc
-
-    if name is None:
-        return np.full(n, -1, dtype=np.int64)
-    col = table.column(name)
-    if col.null_count:
-        if required:
-            first = int(np.flatnonzero(pc.is_null(col).to_numpy(zero_copy_only=False))[0])
-            raise InputError(
-                path, f"line {first + 2}, column {name}", "an integer timestamp (ns)", "an empty cell"
-            )
-        col = pc.fill_null(col, -1)
-    return col.to_numpy().astype(np.int64, copy=False)
-
-
-def _agent_column(table: Any, name: str | None, n: int) -> np.ndarray:
-    """Agent ids as written (`4`, `"Agent 4"`, `"GPU 3"`, empty) to int64 (-1 unknown).
-
-    The column is read dictionary-encoded, so only the distinct values go through Python.
-    """
-    if name is None:
-        return np.full(n, -1, dtype=np.int64)
-    parts = []
-    for chunk in table.column(name).chunks:
-        values = chunk.dictionary.to_pylist()
-        lookup = np.array([_agent_number(v) for v in values] + [-1], dtype=np.int64)
-        idx = chunk.indices.fill_null(len(values)).to_numpy()
-        parts.append(lookup[idx])
-    return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
-
-
-def _agent_number(value: str | None) -> int:
-    if value is None:
-        return -1
-    match = _AGENT_NUMBER.search(value)
-    return int(match.group(1)) if match else -1
-
-
-def _string_column(table: Any, name: str) -> pd.Series:
-    return table.column(name).to_pandas().astype("str")
-
-
-def _label(i: int) -> str:
-    return f"line {i + 2}"
-
-
 # --- tables ----------------------------------------------------------------------------------------
 
 
@@ -225,8 +87,8 @@ def read_kernel_trace(path: Path, header: list[str] | None = None) -> tuple[pd.D
     """`kernel_trace.csv` in every header version A-E -> canonical dispatch table."""
     import pyarrow as pa
 
-    header = header or header_of(path)
-    names = _columns(path, header, KERNEL)
+    header = header or csvread.header_of(path)
+    names = csvread.columns(path, header, KERNEL, REQUIRED[KERNEL])
     dict_str = pa.dictionary(pa.int32(), pa.string())
     types: dict[str, Any] = {
         names["kernel_name"]: pa.string(),
@@ -239,19 +101,19 @@ def read_kernel_trace(path: Path, header: list[str] | None = None) -> tuple[pd.D
         if col:
             types[col] = pa.int64()
     int_cols = {"start_timestamp", "end_timestamp", "queue_id", "stream_id", "correlation_id"}
-    table = _read_arrow(path, header, types, int_cols)
+    table = csvread.read_arrow(path, header, types, int_cols)
     n = table.num_rows
     data = {
-        "kernel": _string_column(table, names["kernel_name"]),
-        "start_ns": _int_column(table, names["start_timestamp"], n, path, required=True),
-        "end_ns": _int_column(table, names["end_timestamp"], n, path, required=True),
-        "device": _agent_column(table, names["agent_id"], n),
-        "queue": _int_column(table, optional["queue_id"], n, path),
-        "stream": _int_column(table, optional["stream_id"], n, path),
-        "correlation_id": _int_column(table, optional["correlation_id"], n, path),
+        "kernel": csvread.string_column(table, names["kernel_name"]),
+        "start_ns": csvread.int_column(table, names["start_timestamp"], n, path, required=True),
+        "end_ns": csvread.int_column(table, names["end_timestamp"], n, path, required=True),
+        "device": csvread.agent_column(table, names["agent_id"], n),
+        "queue": csvread.int_column(table, optional["queue_id"], n, path),
+        "stream": csvread.int_column(table, optional["stream_id"], n, path),
+        "correlation_id": csvread.int_column(table, optional["correlation_id"], n, path),
         "kind": "kernel",
     }
-    frame = schema.dispatch_frame(data, SOURCE, path, _label)
+    frame = schema.dispatch_frame(data, SOURCE, path, csvread.line_label)
     return frame, {"header_version": kernel_header_version(header), "columns": len(header)}
 
 
@@ -263,8 +125,8 @@ def read_memory_copy_trace(path: Path, header: list[str] | None = None) -> tuple
     """
     import pyarrow as pa
 
-    header = header or header_of(path)
-    names = _columns(path, header, MEMCPY)
+    header = header or csvread.header_of(path)
+    names = csvread.columns(path, header, MEMCPY, REQUIRED[MEMCPY])
     dict_str = pa.dictionary(pa.int32(), pa.string())
     types: dict[str, Any] = {
         names["direction"]: pa.string(),
@@ -277,25 +139,25 @@ def read_memory_copy_trace(path: Path, header: list[str] | None = None) -> tuple
     for col in optional.values():
         if col:
             types[col] = pa.int64()
-    table = _read_arrow(
+    table = csvread.read_arrow(
         path, header, types, {"start_timestamp", "end_timestamp", "stream_id", "correlation_id"}
     )
     n = table.num_rows
-    direction = _string_column(table, names["direction"])
-    src = _agent_column(table, names["source_agent_id"], n)
-    dst = _agent_column(table, names["destination_agent_id"], n)
+    direction = csvread.string_column(table, names["direction"])
+    src = csvread.agent_column(table, names["source_agent_id"], n)
+    dst = csvread.agent_column(table, names["destination_agent_id"], n)
     to_host = direction.str.upper().str.endswith("TO_HOST").to_numpy(dtype=bool)
     data = {
         "kernel": direction,
-        "start_ns": _int_column(table, names["start_timestamp"], n, path, required=True),
-        "end_ns": _int_column(table, names["end_timestamp"], n, path, required=True),
+        "start_ns": csvread.int_column(table, names["start_timestamp"], n, path, required=True),
+        "end_ns": csvread.int_column(table, names["end_timestamp"], n, path, required=True),
         "device": np.where(to_host, src, dst),
         "queue": None,
-        "stream": _int_column(table, optional["stream_id"], n, path),
-        "correlation_id": _int_column(table, optional["correlation_id"], n, path),
+        "stream": csvread.int_column(table, optional["stream_id"], n, path),
+        "correlation_id": csvread.int_column(table, optional["correlation_id"], n, path),
         "kind": "memcpy",
     }
-    return schema.dispatch_frame(data, SOURCE, path, _label), {"columns": len(header)}
+    return schema.dispatch_frame(data, SOURCE, path, csvread.line_label), {"columns": len(header)}
 
 
 def read_api_trace(path: Path, header: list[str] | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -306,8 +168,8 @@ def read_api_trace(path: Path, header: list[str] | None = None) -> tuple[pd.Data
     """
     import pyarrow as pa
 
-    header = header or header_of(path)
-    names = _columns(path, header, API)
+    header = header or csvread.header_of(path)
+    names = csvread.columns(path, header, API, REQUIRED[API])
     types: dict[str, Any] = {
         names["domain"]: pa.string(),
         names["function"]: pa.string(),
@@ -318,21 +180,21 @@ def read_api_trace(path: Path, header: list[str] | None = None) -> tuple[pd.Data
     for col in optional.values():
         if col:
             types[col] = pa.int64()
-    table = _read_arrow(
+    table = csvread.read_arrow(
         path, header, types, {"start_timestamp", "end_timestamp", "process_id", "thread_id", "correlation_id"}
     )
     n = table.num_rows
-    domain = _string_column(table, names["domain"])
+    domain = csvread.string_column(table, names["domain"])
     data = {
-        "name": _string_column(table, names["function"]),
-        "start_ns": _int_column(table, names["start_timestamp"], n, path, required=True),
-        "end_ns": _int_column(table, names["end_timestamp"], n, path, required=True),
-        "pid": _int_column(table, optional["process_id"], n, path),
-        "tid": _int_column(table, optional["thread_id"], n, path),
-        "correlation_id": _int_column(table, optional["correlation_id"], n, path),
+        "name": csvread.string_column(table, names["function"]),
+        "start_ns": csvread.int_column(table, names["start_timestamp"], n, path, required=True),
+        "end_ns": csvread.int_column(table, names["end_timestamp"], n, path, required=True),
+        "pid": csvread.int_column(table, optional["process_id"], n, path),
+        "tid": csvread.int_column(table, optional["thread_id"], n, path),
+        "correlation_id": csvread.int_column(table, optional["correlation_id"], n, path),
         "domain": domain,
     }
-    schema.check_intervals(data["start_ns"], data["end_ns"], path, _label)
+    schema.check_intervals(data["start_ns"], data["end_ns"], path, csvread.line_label)
     is_marker = domain.str.upper().str.startswith("MARKER").to_numpy(dtype=bool)
     rows = np.arange(n)
 
@@ -344,7 +206,7 @@ def read_api_trace(path: Path, header: list[str] | None = None) -> tuple[pd.Data
 
     def label_of(mask: np.ndarray):
         idx = rows[mask]
-        return lambda i: _label(int(idx[i]))
+        return lambda i: csvread.line_label(int(idx[i]))
 
     api = schema.api_frame(subset(~is_marker), SOURCE, path, label_of(~is_marker))
     markers = schema.marker_frame(subset(is_marker), SOURCE, path, label_of(is_marker))
@@ -360,7 +222,7 @@ def read_stats(path: Path) -> pd.DataFrame:
     import pyarrow as pa
 
     path = Path(path)
-    header = header_of(path)
+    header = csvread.header_of(path)
     if classify(header) != STATS:
         raise InputError(
             path,
@@ -368,7 +230,7 @@ def read_stats(path: Path) -> pd.DataFrame:
             "a stats header (Name, Calls, TotalDurationNs, AverageNs, Percentage, ...)",
             ",".join(header),
         )
-    names = _columns(path, header, STATS)
+    names = csvread.columns(path, header, STATS, REQUIRED[STATS])
     types: dict[str, Any] = {
         names["name"]: pa.string(),
         names["calls"]: pa.int64(),
@@ -381,7 +243,7 @@ def read_stats(path: Path) -> pd.DataFrame:
             types[names[col]] = pa.int64()
     if "stddev" in names:
         types[names["stddev"]] = pa.float64()
-    table = _read_arrow(path, header, types, {"calls", "totaldurationns", "minns", "maxns"})
+    table = csvread.read_arrow(path, header, types, {"calls", "totaldurationns", "minns", "maxns"})
 
     def col(key: str, dtype: str) -> Any:
         if key not in names:
@@ -390,7 +252,7 @@ def read_stats(path: Path) -> pd.DataFrame:
 
     return pd.DataFrame(
         {
-            "name": _string_column(table, names["name"]),
+            "name": csvread.string_column(table, names["name"]),
             "calls": col("calls", "int64"),
             "total_ns": col("totaldurationns", "int64"),
             "average_ns": col("averagens", "float64"),
@@ -412,7 +274,7 @@ def read_csv_table(path: Path) -> tuple[str, pd.DataFrame]:
     import pyarrow as pa
 
     path = Path(path)
-    header = header_of(path)
+    header = csvread.header_of(path)
     kind = classify(header)
     if kind is None:
         raise InputError(
@@ -434,25 +296,25 @@ def read_csv_table(path: Path) -> tuple[str, pd.DataFrame]:
     int_cols = {low for low in lower if low.endswith("_timestamp")}
     import pyarrow.csv as pacsv
 
-    source: Any = io.BytesIO(schema.read_bytes(path))
+    source: Any = io.BytesIO(files.read_bytes(path))
     try:
         table = pacsv.read_csv(
             source,
             convert_options=pacsv.ConvertOptions(column_types=explicit, strings_can_be_null=False),
         )
     except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
-        raise _locate_error(path, header, int_cols, str(exc)) from exc
+        raise csvread.locate_error(path, header, int_cols, str(exc)) from exc
     n = table.num_rows
     out: dict[str, Any] = {}
     for raw, low in zip(header, lower, strict=True):
         if low.endswith("agent_id"):
-            out[low] = _agent_column(table, raw, n)
+            out[low] = csvread.agent_column(table, raw, n)
         elif low.endswith("_timestamp"):
-            out[low] = _int_column(table, raw, n, path, required=True)
+            out[low] = csvread.int_column(table, raw, n, path, required=True)
         else:
             out[low] = table.column(raw).to_pandas()
     if "start_timestamp" in out and "end_timestamp" in out:
-        schema.check_intervals(out["start_timestamp"], out["end_timestamp"], path, _label)
+        schema.check_intervals(out["start_timestamp"], out["end_timestamp"], path, csvread.line_label)
     return kind, pd.DataFrame(out)
 
 
@@ -470,7 +332,7 @@ _TRACE_STEMS = {
 
 def stem_kind(path: Path) -> str | None:
     """rocprofv3's naming: `<prefix>_<stem>.csv` or exactly `<stem>.csv` (also `.csv.gz`)."""
-    name = schema.base_name(path)
+    name = files.base_name(path)
     for stem, kind in _TRACE_STEMS.items():
         if name == stem or name.endswith("_" + stem):
             return kind
@@ -479,7 +341,7 @@ def stem_kind(path: Path) -> str | None:
 
 def read_csv_file(path: Path) -> dict[str, Any]:
     """One CSV file -> parts of a Trace: {'dispatches', 'api', 'markers', 'meta'}."""
-    header = header_of(path)
+    header = csvread.header_of(path)
     kind = classify(header)
     parts: dict[str, Any] = {"meta": {"table": kind}}
     if kind == KERNEL:
@@ -491,8 +353,6 @@ def read_csv_file(path: Path) -> dict[str, Any]:
     elif kind == API:
         parts["api"], parts["markers"] = read_api_trace(path, header)
     elif kind == LEGACY:
-        from perflib.traces import rocprof_legacy
-
         return rocprof_legacy.read_results_csv(path, header)
     elif kind is None:
         raise InputError(
@@ -516,7 +376,7 @@ def find_outputs(directory: Path) -> dict[str, list[Path]]:
     """rocprofv3 outputs under a directory, found by suffix (never by full name)."""
     found: dict[str, list[Path]] = {"csv": [], "db": [], "json": [], "legacy": []}
     for path in sorted(p for p in directory.rglob("*") if p.is_file()):
-        name = schema.base_name(path)
+        name = files.base_name(path)
         if stem_kind(path):
             found["csv"].append(path)
         elif name.endswith("_results.db"):

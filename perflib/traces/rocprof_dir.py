@@ -11,12 +11,9 @@ from pathlib import Path
 from typing import Any
 
 from perflib.errors import InputError
-from perflib.traces import Trace, rocprof_csv, schema
-
-# rocprofv3 stamps host CLOCK_MONOTONIC or CLOCK_BOOTTIME ns, which one is not in the file
-# (FORMATS.md §0): the attribution step tries both against the run's manifest clocks.
-ROCPROF_CLOCK = "unknown"
-ROCPROF_CLOCK_CANDIDATES = ["monotonic", "boottime"]
+from perflib.traces import rocpd, rocprof_csv, rocprof_json, rocprof_legacy, schema
+from perflib.traces.rocprof import ROCPROF_CLOCK, ROCPROF_CLOCK_CANDIDATES
+from perflib.traces.trace import Trace
 
 
 def _trace(parts: list[dict[str, Any]], source: str, path: Path, meta: dict[str, Any]) -> Trace:
@@ -52,12 +49,8 @@ def read_directory(directory: Path) -> Trace:
         return _trace(parts, rocprof_csv.SOURCE, directory, meta)
     if found["db"] or found["json"]:
         if found["db"]:
-            from perflib.traces import rocpd
-
             traces = [rocpd.read_rocpd(p) for p in found["db"]]
         else:
-            from perflib.traces import rocprof_json
-
             traces = [rocprof_json.read_json(p) for p in found["json"]]
         if len(traces) == 1:
             t = traces[0]
@@ -74,8 +67,6 @@ def read_directory(directory: Path) -> Trace:
         meta = {**traces[0].meta, "files": [t.path for t in traces]}
         return _trace(parts, traces[0].source, directory, meta)
     if found["legacy"]:
-        from perflib.traces import rocprof_legacy
-
         parts = [rocprof_legacy.read_results_csv(p) for p in found["legacy"]]
         return _trace(parts, rocprof_legacy.SOURCE, directory, {"files": [str(p) for p in found["legacy"]]})
     raise InputError(

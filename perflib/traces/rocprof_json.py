@@ -14,9 +14,10 @@ from typing import Any
 import numpy as np
 
 from perflib.errors import InputError
-from perflib.traces import Trace, schema
-from perflib.traces.files import load_json  # noqa: F401 - also read from here by older callers
-from perflib.traces.rocprof_dir import ROCPROF_CLOCK, ROCPROF_CLOCK_CANDIDATES
+from perflib.traces import schema
+from perflib.traces.files import load_json
+from perflib.traces.rocprof import ROCPROF_CLOCK, ROCPROF_CLOCK_CANDIDATES
+from perflib.traces.trace import Trace
 
 SOURCE = "rocprofv3-json"
 NAME_FIELDS = ("formatted_kernel_name", "demangled_kernel_name", "kernel_name")
@@ -50,82 +51,69 @@ def _name_of(names: list[str], op: int) -> str:
     return names[op] if 0 <= op < len(names) else f"operation {op}"
 
 
-def _process(proc: dict, path: Path, p_index: int) -> dict[str, Any]:
-    where = f"rocprofiler-sdk-tool[{p_index}]"
-    if not isinstance(proc, dict) or "buffer_records" not in proc:
-        raise InputError(path, where, "a process object with buffer_records (rocprofv3 JSON §1.6)")
-    strings = proc.get("strings", {}) or {}
-    buffers = proc["buffer_records"] or {}
-    pid = int((proc.get("metadata") or {}).get("pid", -1))
-    agent_index = {}
+def _agents(proc: dict) -> dict[Any, int]:
+    """Agent handle -> its logical index (the CSV's relative "Agent N")."""
+    out = {}
     for a in proc.get("agents", []) or []:
         handle = (a.get("id") or {}).get("handle")
-        agent_index[handle] = int(a.get("logical_node_id", a.get("node_id", -1)))
+        out[handle] = int(a.get("logical_node_id", a.get("node_id", -1)))
+    return out
 
+
+def _symbols(proc: dict) -> tuple[dict[int, str], str]:
+    """Kernel id -> name, from the first name field that any symbol fills, and that field."""
     symbols = proc.get("kernel_symbols", []) or []
     field_used = next((f for f in NAME_FIELDS if any(s.get(f) for s in symbols[1:])), "kernel_name")
     names: dict[int, str] = {}
     for s in symbols:
-        name = s.get(field_used) or s.get("kernel_name") or ""
-        names[int(s.get("kernel_id", len(names)))] = name
+        names[int(s.get("kernel_id", len(names)))] = s.get(field_used) or s.get("kernel_name") or ""
+    return names, field_used
 
-    parts: dict[str, Any] = {"field": field_used}
-    kd = buffers.get("kernel_dispatch", []) or []
-    cols = _columns(
-        kd,
-        {
-            "kernel_id": lambda r: r["dispatch_info"]["kernel_id"],
-            "start_ns": lambda r: r["start_timestamp"],
-            "end_ns": lambda r: r["end_timestamp"],
-            "agent": lambda r: r["dispatch_info"]["agent_id"]["handle"],
-            "queue": lambda r: r["dispatch_info"]["queue_id"]["handle"],
-            "stream": lambda r: (r.get("stream_id") or {}).get("handle", -1),
-            "correlation_id": lambda r: r["correlation_id"]["internal"],
-        },
-        path,
-        f"{where}.buffer_records.kernel_dispatch",
-    )
+
+def _kernel_rows(records: list, names: dict[int, str], agents: dict[Any, int], path: Path,
+                 where: str) -> dict[str, Any]:
+    cols = _columns(records, {
+        "kernel_id": lambda r: r["dispatch_info"]["kernel_id"],
+        "start_ns": lambda r: r["start_timestamp"],
+        "end_ns": lambda r: r["end_timestamp"],
+        "agent": lambda r: r["dispatch_info"]["agent_id"]["handle"],
+        "queue": lambda r: r["dispatch_info"]["queue_id"]["handle"],
+        "stream": lambda r: (r.get("stream_id") or {}).get("handle", -1),
+        "correlation_id": lambda r: r["correlation_id"]["internal"],
+    }, path, f"{where}.buffer_records.kernel_dispatch")
     missing = sorted({k for k in set(cols["kernel_id"]) if k not in names})
     if missing:
-        raise InputError(
-            path, f"{where}.kernel_symbols", "a symbol for every kernel_id", f"none for {missing[:5]}"
-        )
+        raise InputError(path, f"{where}.kernel_symbols", "a symbol for every kernel_id", f"none for {missing[:5]}")
     kernels = {
         "kernel": [names[k] for k in cols["kernel_id"]],
         "start_ns": np.asarray(cols["start_ns"], dtype=np.int64),
         "end_ns": np.asarray(cols["end_ns"], dtype=np.int64),
-        "device": np.asarray([agent_index.get(a, -1) for a in cols["agent"]], dtype=np.int64),
+        "device": np.asarray([agents.get(a, -1) for a in cols["agent"]], dtype=np.int64),
         "queue": np.asarray(cols["queue"], dtype=np.int64),
         "stream": np.asarray(cols["stream"], dtype=np.int64),
         "correlation_id": np.asarray(cols["correlation_id"], dtype=np.int64),
     }
-    schema.check_intervals(
-        kernels["start_ns"], kernels["end_ns"], path, lambda i: f"{where}.buffer_records.kernel_dispatch[{i}]"
-    )
-    parts["kernels"] = kernels
+    schema.check_intervals(kernels["start_ns"], kernels["end_ns"], path,
+                           lambda i: f"{where}.buffer_records.kernel_dispatch[{i}]")
+    return kernels
 
-    mc = buffers.get("memory_copy", []) or []
-    cols = _columns(
-        mc,
-        {
-            "kind": lambda r: r["kind"],
-            "operation": lambda r: r["operation"],
-            "start_ns": lambda r: r["start_timestamp"],
-            "end_ns": lambda r: r["end_timestamp"],
-            "src": lambda r: r["src_agent_id"]["handle"],
-            "dst": lambda r: r["dst_agent_id"]["handle"],
-            "stream": lambda r: (r.get("stream_id") or {}).get("handle", -1),
-            "correlation_id": lambda r: r["correlation_id"]["internal"],
-        },
-        path,
-        f"{where}.buffer_records.memory_copy",
-    )
+
+def _copy_rows(records: list, strings: dict, agents: dict[Any, int], path: Path, where: str) -> dict[str, Any]:
+    """Copies named by their direction; `device` is the GPU end of each copy."""
+    cols = _columns(records, {
+        "kind": lambda r: r["kind"],
+        "operation": lambda r: r["operation"],
+        "start_ns": lambda r: r["start_timestamp"],
+        "end_ns": lambda r: r["end_timestamp"],
+        "src": lambda r: r["src_agent_id"]["handle"],
+        "dst": lambda r: r["dst_agent_id"]["handle"],
+        "stream": lambda r: (r.get("stream_id") or {}).get("handle", -1),
+        "correlation_id": lambda r: r["correlation_id"]["internal"],
+    }, path, f"{where}.buffer_records.memory_copy")
     op_names = {k: _op_names(strings, k)[1] for k in set(cols["kind"])}
     direction = [_name_of(op_names[k], o) for k, o in zip(cols["kind"], cols["operation"], strict=True)]
-    device = [
-        agent_index.get(s if d.upper().endswith("TO_HOST") else t, -1)
-        for d, s, t in zip(direction, cols["src"], cols["dst"], strict=True)
-    ]
+    device = [agents.get(s if d.upper().endswith("TO_HOST") else t, -1)
+              for d, s, t in zip(direction, cols["src"], cols["dst"], strict=True)]
     copies = {
         "kernel": direction,
         "start_ns": np.asarray(cols["start_ns"], dtype=np.int64),
@@ -135,48 +123,57 @@ def _process(proc: dict, path: Path, p_index: int) -> dict[str, Any]:
         "stream": np.asarray(cols["stream"], dtype=np.int64),
         "correlation_id": np.asarray(cols["correlation_id"], dtype=np.int64),
     }
-    schema.check_intervals(
-        copies["start_ns"], copies["end_ns"], path, lambda i: f"{where}.buffer_records.memory_copy[{i}]"
-    )
-    parts["copies"] = copies
+    schema.check_intervals(copies["start_ns"], copies["end_ns"], path,
+                           lambda i: f"{where}.buffer_records.memory_copy[{i}]")
+    return copies
 
-    marker_text = {}
-    for entry in strings.get("marker_api", []) or []:
-        if isinstance(entry, dict) and "key" in entry:
-            marker_text[entry["key"]] = entry.get("value", "")
-    for key, table in (("api", ("hip_api", "hsa_api", "rccl_api")), ("markers", ("marker_api",))):
-        rows: dict[str, list] = {
-            k: [] for k in ("name", "start_ns", "end_ns", "tid", "correlation_id", "domain")
-        }
-        for buffer in table:
-            recs = buffers.get(buffer, []) or []
-            cols = _columns(
-                recs,
-                {
-                    "kind": lambda r: r["kind"],
-                    "operation": lambda r: r["operation"],
-                    "start_ns": lambda r: r["start_timestamp"],
-                    "end_ns": lambda r: r["end_timestamp"],
-                    "tid": lambda r: r.get("thread_id", -1),
-                    "correlation_id": lambda r: r["correlation_id"]["internal"],
-                },
-                path,
-                f"{where}.buffer_records.{buffer}",
-            )
-            ops = {k: _op_names(strings, k) for k in set(cols["kind"])}
-            names_ = [_name_of(ops[k][1], o) for k, o in zip(cols["kind"], cols["operation"], strict=True)]
-            if key == "markers":
-                names_ = [marker_text.get(c, n) for c, n in zip(cols["correlation_id"], names_, strict=True)]
-            rows["name"] += names_
-            rows["domain"] += [ops[k][0] for k in cols["kind"]]
-            for c in ("start_ns", "end_ns", "tid", "correlation_id"):
-                rows[c] += cols[c]
-        rows_np = {
-            k: (np.asarray(v, dtype=np.int64) if k not in ("name", "domain") else v) for k, v in rows.items()
-        }
-        rows_np["pid"] = pid
-        parts[key] = rows_np
-    return parts
+
+def _host_rows(buffers: dict, strings: dict, buffer_names: tuple[str, ...], pid: int, path: Path, where: str,
+               marker_text: dict | None = None) -> dict[str, Any]:
+    """API calls (or markers, whose text `marker_text` gives by correlation id) of the named buffers."""
+    rows: dict[str, list] = {k: [] for k in ("name", "start_ns", "end_ns", "tid", "correlation_id", "domain")}
+    for buffer in buffer_names:
+        cols = _columns(buffers.get(buffer, []) or [], {
+            "kind": lambda r: r["kind"],
+            "operation": lambda r: r["operation"],
+            "start_ns": lambda r: r["start_timestamp"],
+            "end_ns": lambda r: r["end_timestamp"],
+            "tid": lambda r: r.get("thread_id", -1),
+            "correlation_id": lambda r: r["correlation_id"]["internal"],
+        }, path, f"{where}.buffer_records.{buffer}")
+        ops = {k: _op_names(strings, k) for k in set(cols["kind"])}
+        names = [_name_of(ops[k][1], o) for k, o in zip(cols["kind"], cols["operation"], strict=True)]
+        if marker_text is not None:
+            names = [marker_text.get(c, n) for c, n in zip(cols["correlation_id"], names, strict=True)]
+        rows["name"] += names
+        rows["domain"] += [ops[k][0] for k in cols["kind"]]
+        for c in ("start_ns", "end_ns", "tid", "correlation_id"):
+            rows[c] += cols[c]
+    out: dict[str, Any] = {k: (np.asarray(v, dtype=np.int64) if k not in ("name", "domain") else v)
+                           for k, v in rows.items()}
+    out["pid"] = pid
+    return out
+
+
+def _process(proc: dict, path: Path, p_index: int) -> dict[str, Any]:
+    """One process's tables: kernels, copies, API calls and markers, as column arrays."""
+    where = f"rocprofiler-sdk-tool[{p_index}]"
+    if not isinstance(proc, dict) or "buffer_records" not in proc:
+        raise InputError(path, where, "a process object with buffer_records (rocprofv3 JSON §1.6)")
+    strings = proc.get("strings", {}) or {}
+    buffers = proc["buffer_records"] or {}
+    pid = int((proc.get("metadata") or {}).get("pid", -1))
+    agents = _agents(proc)
+    names, field_used = _symbols(proc)
+    marker_text = {e["key"]: e.get("value", "") for e in strings.get("marker_api", []) or []
+                   if isinstance(e, dict) and "key" in e}
+    return {
+        "field": field_used,
+        "kernels": _kernel_rows(buffers.get("kernel_dispatch", []) or [], names, agents, path, where),
+        "copies": _copy_rows(buffers.get("memory_copy", []) or [], strings, agents, path, where),
+        "api": _host_rows(buffers, strings, ("hip_api", "hsa_api", "rccl_api"), pid, path, where),
+        "markers": _host_rows(buffers, strings, ("marker_api",), pid, path, where, marker_text),
+    }
 
 
 def read_json(path: Path) -> Trace:

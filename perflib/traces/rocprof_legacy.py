@@ -8,9 +8,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from perflib.traces import rocprof_csv, schema
+from perflib.traces import csvread, schema
 
 SOURCE = "rocprof-legacy"
+TABLE = "legacy_results"
+REQUIRED = ("kernelname", "beginns", "endns")
 CLONE_SUFFIX = r"\s*\[clone \.kd\]$"
 
 
@@ -20,8 +22,8 @@ def read_results_csv(path: Path, header: list[str] | None = None) -> dict[str, A
     import pyarrow.compute as pc
 
     path = Path(path)
-    header = header or rocprof_csv.header_of(path)
-    names = rocprof_csv._columns(path, header, rocprof_csv.LEGACY)
+    header = header or csvread.header_of(path)
+    names = csvread.columns(path, header, TABLE, REQUIRED)
     types: dict[str, Any] = {
         names["kernelname"]: pa.string(),
         names["beginns"]: pa.int64(),
@@ -30,20 +32,20 @@ def read_results_csv(path: Path, header: list[str] | None = None) -> dict[str, A
     for col in ("gpu-id", "queue-id"):
         if col in names:
             types[names[col]] = pa.int64()
-    table = rocprof_csv._read_arrow(path, header, types, {"beginns", "endns", "gpu-id", "queue-id"})
+    table = csvread.read_arrow(path, header, types, {"beginns", "endns", "gpu-id", "queue-id"})
     n = table.num_rows
     kernel = pc.replace_substring_regex(table.column(names["kernelname"]), CLONE_SUFFIX, "")
     data = {
         "kernel": kernel.to_pandas().astype("str"),
-        "start_ns": rocprof_csv._int_column(table, names["beginns"], n, path, required=True),
-        "end_ns": rocprof_csv._int_column(table, names["endns"], n, path, required=True),
-        "device": rocprof_csv._int_column(table, names.get("gpu-id"), n, path),
-        "queue": rocprof_csv._int_column(table, names.get("queue-id"), n, path),
+        "start_ns": csvread.int_column(table, names["beginns"], n, path, required=True),
+        "end_ns": csvread.int_column(table, names["endns"], n, path, required=True),
+        "device": csvread.int_column(table, names.get("gpu-id"), n, path),
+        "queue": csvread.int_column(table, names.get("queue-id"), n, path),
         "kind": "kernel",
     }
-    frame = schema.dispatch_frame(data, SOURCE, path, rocprof_csv._label)
+    frame = schema.dispatch_frame(data, SOURCE, path, csvread.line_label)
     return {
         "dispatches": frame,
-        "meta": {"table": rocprof_csv.LEGACY, "columns": len(header)},
+        "meta": {"table": TABLE, "columns": len(header)},
         "source": SOURCE,
     }

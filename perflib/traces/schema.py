@@ -15,10 +15,6 @@ import pandas as pd
 
 from perflib.errors import InputError
 
-# raw input lives in perflib.traces.files (no pandas there, so that format detection stays light);
-# the readers reach it through this module too
-from perflib.traces.files import GZIP_MAGIC, base_name, is_gzip_name, read_bytes, read_head  # noqa: F401
-
 DISPATCH_COLUMNS = (
     "kernel",
     "start_ns",
@@ -44,7 +40,6 @@ SOURCES = (
     "nsys-sqlite",
     "cupti-text",
 )
-CLOCKS = ("monotonic", "boottime", "realtime", "unknown")
 
 _INT_COLUMNS = {"start_ns", "end_ns", "device", "queue", "stream", "correlation_id", "pid", "tid"}
 

@@ -1,0 +1,34 @@
+"""Attribute a trace window to GPU work and host gaps: busy union, gap sizes, steps, kernels, classes.
+
+- `windows`: a `Window` on the trace's clock, from ns, a marker, step markers or a run folder's
+  level (its clocks) and decode window (SERVERS.md §5.2).
+- `steps`: step boundaries from step markers or the dispatch rhythm.
+- `summary`: `summarize(trace, window, classes, steps)` → `TraceSummary` (GPU busy, host gaps by
+  size, largest gaps, per-step figures, time by kernel and by kernel class).
+- `codes`: kinds and kernel names of a dispatch table as integer codes.
+
+The interval union they stand on is `perflib.intervals`.
+"""
+
+from perflib.attribution.steps import MIN_STEPS, StepSplit, find_steps
+from perflib.attribution.summary import GAP_BUCKETS, TraceSummary, busy_ns, gap_buckets, summarize
+from perflib.attribution.windows import (
+    DEFAULT_STEP_MARKER,
+    DecodeWindow,
+    Window,
+    decode_window_from_run,
+    parse_window,
+    trace_span,
+    window_from_clocks,
+    window_from_manifest,
+    window_from_marker,
+    window_from_range,
+    window_from_step_markers,
+)
+
+__all__ = [
+    "DEFAULT_STEP_MARKER", "GAP_BUCKETS", "MIN_STEPS", "DecodeWindow", "StepSplit", "TraceSummary", "Window",
+    "busy_ns", "decode_window_from_run", "find_steps", "gap_buckets", "parse_window", "summarize", "trace_span",
+    "window_from_clocks", "window_from_manifest", "window_from_marker", "window_from_range",
+    "window_from_step_markers",
+]

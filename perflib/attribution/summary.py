@@ -1,0 +1,297 @@
+"""Attribute one trace window to GPU work and host gaps: busy union, gap sizes, steps, kernels, classes.
+
+Definitions (reference/FORMATS.md §5): GPU busy = `|U|` of kernel, memcpy and memset dispatches
+clipped to the window; host gap = window − busy. Each idle stretch is charged to the dispatch that
+ends it (the trailing one to `tail`). Per-step figures follow reference/SERVERS.md §5.2: window
+figure / steps. Everything here is a pure function over the canonical dispatch table
+(docs/SCHEMA.md §1), in int64 ns.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from perflib import classes as class_mod
+from perflib.attribution.codes import kernel_codes, kind_codes
+from perflib.attribution.steps import StepSplit, find_steps
+from perflib.attribution.windows import Window, dispatches_of, empty_window_error, trace_span
+from perflib.intervals import union_intervals
+
+GAP_BUCKETS: tuple[tuple[str, int, int | None], ...] = (
+    ("<10us", 0, 10_000),
+    ("10-50us", 10_000, 50_000),
+    ("50-200us", 50_000, 200_000),
+    ("0.2-1ms", 200_000, 1_000_000),
+    ("1-5ms", 1_000_000, 5_000_000),
+    (">=5ms", 5_000_000, None),
+)
+"""Gap-size buckets `[low, high)` in ns, as in lablup/mlxcel `scripts/rocm_decode_gaps.py`."""
+
+_NS_PER_MS = 1e6
+
+
+def _clip(dispatches: pd.DataFrame, window: Window) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Rows overlapping the window (zero-length ones inside it), their starts and ends clipped to it."""
+    s = dispatches["start_ns"].to_numpy(dtype=np.int64)
+    e = dispatches["end_ns"].to_numpy(dtype=np.int64)
+    w0, w1 = int(window.start_ns), int(window.end_ns)
+    inside = (e > w0) & (s < w1)
+    inside |= (s == e) & (s >= w0) & (s < w1)
+    rows = np.flatnonzero(inside)
+    if rows.size == s.size:
+        return rows, np.maximum(s, w0), np.minimum(e, w1)
+    return rows, np.maximum(s[rows], w0), np.minimum(e[rows], w1)
+
+
+def busy_ns(dispatches: pd.DataFrame, window: Window | None = None) -> int:
+    """GPU busy ns: `|U|` of all dispatches (kernels, copies, fills) clipped to the window."""
+    window = window or trace_span(dispatches)
+    _, s, e = _clip(dispatches, window)
+    gs, ge, _ = union_intervals(s, e)
+    return int((ge - gs).sum())
+
+
+def _busy_before(gs: np.ndarray, ge: np.ndarray, t: np.ndarray) -> np.ndarray:
+    """Busy ns in `(-inf, t)` for each t, from union groups sorted by start."""
+    cum = np.concatenate(([0], np.cumsum(ge - gs)))
+    k = np.searchsorted(gs, t, side="right")  # groups starting at or before t
+    prev = np.maximum(k - 1, 0)
+    partial = np.clip(np.minimum(t, ge[prev] if ge.size else t) - (gs[prev] if gs.size else t), 0, None)
+    return np.where(k > 0, cum[prev] + partial, 0)
+
+
+@dataclass(frozen=True)
+class TraceSummary:
+    """What one window of a trace spent on GPU work and host gaps, by size, step, kernel and class."""
+
+    window: Window
+    dispatches: int
+    window_ms: float
+    busy_ms: float
+    gap_ms: float
+    busy_share: float | None
+    gap_buckets: pd.DataFrame  # bucket, gap_ms, count
+    largest_gaps: pd.DataFrame  # offset_ms, gap_ms, kernel (the dispatch that ends the gap, or "tail")
+    steps: int | None
+    step_method: str | None
+    busy_ms_per_step: float | None
+    gap_ms_per_step: float | None
+    dispatches_per_step: float | None
+    step_table: pd.DataFrame  # step, start_ns, end_ns, busy_ms, gap_ms, dispatches
+    classes: pd.DataFrame  # kernel_class, time_ms, count, ms_per_step, share
+    kernels: pd.DataFrame  # kernel, kernel_class, time_ms, count, ms_per_step, share (all kernels)
+    class_table: str = "none"
+    top: int = 10
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready: scalars, gap buckets, top-N gaps and kernels, all classes; NaN becomes null."""
+        return {
+            "window": {"start_ns": int(self.window.start_ns), "end_ns": int(self.window.end_ns), "label": self.window.label},
+            "dispatches": int(self.dispatches),
+            "window_ms": _num(self.window_ms),
+            "busy_ms": _num(self.busy_ms),
+            "gap_ms": _num(self.gap_ms),
+            "busy_share": _num(self.busy_share),
+            "gap_buckets": _records(self.gap_buckets),
+            "largest_gaps": _records(self.largest_gaps),
+            "steps": self.steps,
+            "step_method": self.step_method,
+            "busy_ms_per_step": _num(self.busy_ms_per_step),
+            "gap_ms_per_step": _num(self.gap_ms_per_step),
+            "dispatches_per_step": _num(self.dispatches_per_step),
+            "class_table": self.class_table,
+            "classes": _records(self.classes),
+            "kernels": _records(self.kernels.head(self.top)),
+            "kernels_total": int(len(self.kernels)),
+            "straddling_start": self.meta.get("straddling_start"),
+        }
+
+
+def _num(x: Any) -> float | int | None:
+    if x is None:
+        return None
+    if isinstance(x, (int, np.integer)) and not isinstance(x, bool):
+        return int(x)
+    x = float(x)
+    return None if np.isnan(x) else x
+
+
+def _records(frame: pd.DataFrame) -> list[dict[str, Any]]:
+    out = []
+    for row in frame.itertuples(index=False):
+        out.append({k: (_num(v) if isinstance(v, (int, float, np.integer, np.floating)) else v) for k, v in zip(frame.columns, row, strict=True)})
+    return out
+
+
+def gap_buckets(gaps_ns: np.ndarray) -> pd.DataFrame:
+    """Gap ms and count per size bucket (`<10us` … `>=5ms`); every bucket listed, empty ones with 0 gaps."""
+    gaps_ns = np.asarray(gaps_ns, dtype=np.int64)
+    rows = []
+    for name, lo, hi in GAP_BUCKETS:
+        sel = (gaps_ns >= lo) if hi is None else (gaps_ns >= lo) & (gaps_ns < hi)
+        rows.append({"bucket": name, "gap_ms": float(gaps_ns[sel].sum()) / _NS_PER_MS, "count": int(sel.sum())})
+    return pd.DataFrame(rows)
+
+
+_STEP_COLUMNS = ["step", "start_ns", "end_ns", "busy_ms", "gap_ms", "dispatches"]
+
+
+def _largest_gaps(
+    offset_ns: np.ndarray, gap_len: np.ndarray, ender: np.ndarray, codes: np.ndarray, names: list[str], top: int
+) -> pd.DataFrame:
+    """The `top` longest gaps: offset from the window start, length, and the dispatch that ends each
+    (FORMATS.md §5.3: an idle stretch is charged to the dispatch that ends it; the trailing one to `tail`)."""
+    has_gap = np.flatnonzero(gap_len > 0)
+    pick = has_gap[np.argsort(-gap_len[has_gap], kind="stable")[: max(int(top), 0)]]
+    return pd.DataFrame(
+        {
+            "offset_ms": offset_ns[pick] / _NS_PER_MS,
+            "gap_ms": gap_len[pick] / _NS_PER_MS,
+            "kernel": [names[codes[ender[i]]] if ender[i] >= 0 else "tail" for i in pick],
+        }
+    )
+
+
+def _step_table(split: StepSplit | None, gs: np.ndarray, ge: np.ndarray, s: np.ndarray) -> pd.DataFrame:
+    """One row per step with boundaries: busy (union inside the step), gap, dispatches starting in it."""
+    if split is None or split.count is not None:
+        return pd.DataFrame(columns=_STEP_COLUMNS)
+    busy = _busy_before(gs, ge, split.ends) - _busy_before(gs, ge, split.starts)
+    return pd.DataFrame(
+        {
+            "step": np.arange(1, split.starts.size + 1),
+            "start_ns": split.starts.astype(np.int64),
+            "end_ns": split.ends.astype(np.int64),
+            "busy_ms": busy / _NS_PER_MS,
+            "gap_ms": (split.ends - split.starts - busy) / _NS_PER_MS,
+            "dispatches": (np.searchsorted(s, split.ends, "left") - np.searchsorted(s, split.starts, "left")).astype(np.int64),
+        }
+    )
+
+
+def _kernel_tables(
+    dispatches: pd.DataFrame,
+    codes: np.ndarray,
+    names: list[str],
+    s: np.ndarray,
+    e: np.ndarray,
+    classes: Any,
+    per_step: int | None,
+) -> tuple[pd.DataFrame, pd.DataFrame, Any]:
+    """Time (clipped), count, ms per step and share by kernel and by kernel class, sorted by time."""
+    dur = np.bincount(codes, weights=(e - s).astype(np.float64), minlength=len(names))
+    cnt = np.bincount(codes, minlength=len(names))
+    table = class_mod.resolve_table(classes, names, dur)
+    kernel_class = table.classify_names(names)
+    # a copy or fill that no rule names is classed by its kind (memcpy / memset), not `other`
+    kind_code, kind_names = kind_codes(dispatches)
+    first_row = np.full(len(names), -1, dtype=np.int64)
+    first_row[codes[::-1]] = np.arange(codes.size - 1, -1, -1)
+    kernel_class = [
+        kind_names[kind_code[i]] if kc == class_mod.OTHER and i >= 0 and kind_code[i] > 0 else kc
+        for kc, i in zip(kernel_class, first_row.tolist(), strict=True)
+    ]
+    present = cnt > 0
+    total_ms = float(dur.sum()) / _NS_PER_MS
+    kernels = pd.DataFrame(
+        {
+            "kernel": np.asarray(names, dtype=object)[present],
+            "kernel_class": np.asarray(kernel_class, dtype=object)[present],
+            "time_ms": dur[present] / _NS_PER_MS,
+            "count": cnt[present].astype(np.int64),
+        }
+    )
+    by_class = kernels.groupby("kernel_class", sort=False).agg(time_ms=("time_ms", "sum"), count=("count", "sum")).reset_index()
+    out = []
+    for frame, key in ((kernels, "kernel"), (by_class, "kernel_class")):
+        frame["ms_per_step"] = frame["time_ms"] / per_step if per_step else np.nan
+        frame["share"] = frame["time_ms"] / total_ms if total_ms > 0 else np.nan
+        out.append(frame.sort_values(["time_ms", key], ascending=[False, True], kind="stable").reset_index(drop=True))
+    return out[0], out[1], table
+
+
+def _in_window(dispatches: pd.DataFrame, window: Window) -> tuple[pd.DataFrame, np.ndarray, np.ndarray, int]:
+    """The dispatches overlapping the window, their clipped starts and ends sorted by start, and how
+    many began before the window and run into it (clipped and counted: the mlxcel decode split of
+    FORMATS.md §5.3 expects none at the decode start, so the summary says how many there are)."""
+    if window.end_ns <= window.start_ns:
+        raise empty_window_error(window, dispatches, "end <= start")
+    rows, s, e = _clip(dispatches, window)
+    if rows.size == 0:
+        raise empty_window_error(window, dispatches, "no dispatch inside it")
+    straddling = int(np.count_nonzero(dispatches["start_ns"].to_numpy(dtype=np.int64)[rows] < int(window.start_ns)))
+    if rows.size != len(dispatches):
+        dispatches = dispatches.iloc[rows]
+    if s.size > 1 and bool(np.any(s[1:] < s[:-1])):
+        order = np.argsort(s, kind="stable")
+        dispatches, s, e = dispatches.iloc[order], s[order], e[order]
+    return dispatches, s, e, straddling
+
+
+def summarize(
+    trace: Any,
+    window: Window | None = None,
+    classes: Any = None,
+    steps: int | str | None = None,
+    top: int = 10,
+) -> TraceSummary:
+    """Attribute one window of a trace (a `Trace` or a bare dispatch table).
+
+    window: a `Window` (default: the trace span, first GPU event start → last end).
+    classes: a `perflib.classes.ClassTable`, a backend name, or None for `auto` (the built-in table that
+      leaves the least kernel time in `other`).
+    steps: None → detect (markers named like `ProfilerStep#N`, else the dispatch rhythm; see
+      `_steps_from_rhythm`); an int → the step count from counters (Δdecode_steps), no boundaries;
+      a str → a regex for the step markers.
+    top: how many largest gaps, and how many kernels `to_dict()` lists.
+    Dispatch time in the kernel and class tables is clipped to the window; `share` is of the summed
+    kernel time (which exceeds busy where dispatches overlap).
+    """
+    dispatches = dispatches_of(trace)
+    window = window or trace_span(dispatches)
+    dispatches, s, e, straddling = _in_window(dispatches, window)
+    n = int(s.size)
+    gs, ge, first = union_intervals(s, e)
+    w0, w1 = int(window.start_ns), int(window.end_ns)
+    busy = int((ge - gs).sum())
+    total = w1 - w0
+    gap_starts = np.concatenate(([w0], ge))
+    gap_ends = np.append(gs, w1)
+    gap_len = gap_ends - gap_starts
+    codes, names = kernel_codes(dispatches["kernel"])
+    ender = np.append(first, -1)  # the dispatch that ends each gap; -1 = trailing ("tail")
+
+    largest = _largest_gaps(gap_starts - w0, gap_len, ender, codes, names, top)
+    split = find_steps(trace, dispatches, steps, codes, names, s, e, window)
+    step_table = _step_table(split, gs, ge, s)
+    step_count = None if split is None else (split.count if split.count is not None else len(step_table))
+    step_method = None if split is None else split.method
+    per_step = step_count if step_count else None
+    kernels, by_class, table = _kernel_tables(dispatches, codes, names, s, e, classes, per_step)
+
+    return TraceSummary(
+        window=window,
+        dispatches=n,
+        window_ms=total / _NS_PER_MS,
+        busy_ms=busy / _NS_PER_MS,
+        gap_ms=(total - busy) / _NS_PER_MS,
+        busy_share=busy / total if total > 0 else None,
+        gap_buckets=gap_buckets(gap_len[gap_len > 0]),
+        largest_gaps=largest,
+        steps=step_count,
+        step_method=step_method,
+        busy_ms_per_step=busy / _NS_PER_MS / per_step if per_step else None,
+        gap_ms_per_step=(total - busy) / _NS_PER_MS / per_step if per_step else None,
+        dispatches_per_step=n / per_step if per_step else None,
+        step_table=step_table,
+        classes=by_class,
+        kernels=kernels,
+        class_table=table.name,
+        top=int(top),
+        meta={"straddling_start": straddling},
+    )

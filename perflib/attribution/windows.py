@@ -1,0 +1,228 @@
+"""Windows of a trace: a time range on the trace's clock, from ns, a marker, step markers or a level.
+
+A level's window comes from its run folder: the manifest's clocks (read on every clock a profiler
+might use) are aligned to the trace's clock; the decode window of SERVERS.md §5.2 is the span where
+every request decodes, from the request records, moved onto the same clock.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from perflib import rundir
+from perflib.clocks import CLOCK_KEYS
+from perflib.errors import PerflibError
+
+DEFAULT_STEP_MARKER = r"^ProfilerStep\s*#\s*\d+"
+"""Markers that delimit a step unless told otherwise (Kineto `ProfilerStep#N`)."""
+
+_NS_PER_MS = 1e6
+
+
+@dataclass(frozen=True)
+class Window:
+    """A time range `[start_ns, end_ns)` on the trace's clock, with a label saying where it came from.
+
+    `clock` names the level clock the window was aligned on (`monotonic`, `boottime`, `realtime`)
+    where it came from a run folder's clocks; None where it was read off the trace itself (its span,
+    a marker, explicit ns), which is then on the trace's own clock by construction.
+    """
+
+    start_ns: int
+    end_ns: int
+    label: str = "range"
+    clock: str | None = None
+
+    @property
+    def duration_ns(self) -> int:
+        return int(self.end_ns) - int(self.start_ns)
+
+    def describe(self) -> str:
+        return f"window {self.label!r} [{self.start_ns}, {self.end_ns}) ns ({self.duration_ns / _NS_PER_MS:.3f} ms)"
+
+
+def dispatches_of(trace: Any) -> pd.DataFrame:
+    """The dispatch table of a `Trace`, or the DataFrame itself when given one."""
+    return trace if isinstance(trace, pd.DataFrame) else trace.dispatches
+
+
+def markers_of(trace: Any) -> pd.DataFrame | None:
+    """The marker table of a `Trace`; None for a bare dispatch table."""
+    return None if isinstance(trace, pd.DataFrame) else getattr(trace, "markers", None)
+
+
+def trace_span(dispatches: pd.DataFrame) -> Window:
+    """Default window: first GPU event's start to the last one's end (kernels, copies and fills)."""
+    if len(dispatches) == 0:
+        raise PerflibError("the trace holds no GPU dispatches (kernel, memcpy or memset): nothing to attribute")
+    start = int(dispatches["start_ns"].min())
+    end = int(dispatches["end_ns"].max())
+    return Window(start, end, "trace span")
+
+
+def window_from_range(start_ns: int, end_ns: int, label: str | None = None) -> Window:
+    """A window from explicit ns on the trace's clock."""
+    return Window(int(start_ns), int(end_ns), label or f"{int(start_ns)}:{int(end_ns)}")
+
+
+def window_from_marker(markers: pd.DataFrame | None, name: str, index: int | None = None) -> Window:
+    """Window of the roctx / NVTX / Kineto annotation range named exactly `name`.
+
+    Several markers may share the name (a Kineto `ProfilerStep#3` appears on the CPU and as
+    `gpu_user_annotation`, a roctx range may repeat): with `index=None` the window spans all of them
+    (earliest start to latest end); with `index=i` it is the i-th occurrence in start order (0-based,
+    negative counts from the end).
+    """
+    if markers is None or len(markers) == 0:
+        raise PerflibError(f"marker {name!r} not found: the trace has no markers (roctx, NVTX, annotations)")
+    hits = markers[markers["name"] == name].sort_values("start_ns", kind="stable")
+    if len(hits) == 0:
+        known = sorted(set(markers["name"].astype(str)))[:10]
+        raise PerflibError(f"marker {name!r} not found among {len(markers)} markers; some names: {known}")
+    if index is None:
+        return Window(int(hits["start_ns"].min()), int(hits["end_ns"].max()), f"marker {name}")
+    try:
+        row = hits.iloc[index]
+    except IndexError:
+        raise PerflibError(f"marker {name!r} occurs {len(hits)} times; index {index} is out of range") from None
+    return Window(int(row["start_ns"]), int(row["end_ns"]), f"marker {name}[{index}]")
+
+
+def window_from_step_markers(markers: pd.DataFrame | None, pattern: str = DEFAULT_STEP_MARKER) -> Window:
+    """The decode window of a trace-only capture: first start to last end of the step markers
+    (`ProfilerStep#N` on the host and the GPU stream), so set-up and export fall outside it."""
+    if markers is None or len(markers) == 0:
+        raise PerflibError(f"no step markers /{pattern}/: the trace has no markers (annotations, NVTX, roctx)")
+    hits = markers[markers["name"].astype(str).str.contains(pattern, regex=True)]
+    if not len(hits):
+        known = sorted(set(markers["name"].astype(str)))[:10]
+        raise PerflibError(f"no step marker matches /{pattern}/ among {len(markers)} markers; some names: {known}")
+    return Window(int(hits["start_ns"].min()), int(hits["end_ns"].max()), f"step markers /{pattern}/")
+
+
+def window_from_clocks(trace: Any, clocks: Mapping[str, Mapping[str, int]], label: str = "level") -> Window:
+    """Window of a sweep level from its manifest `clocks` (`{"start": now_clocks(), "end": now_clocks()}`).
+
+    The trace's `clock` picks the reading: `realtime` (Kineto with `baseTimeNanoseconds`) uses only the
+    realtime reading. rocprofv3 stamps with CLOCK_MONOTONIC or CLOCK_BOOTTIME and does not say which, so
+    for `monotonic`/`boottime` both are tried, and for `unknown` the reader's `meta["clock_candidates"]`
+    (else all three); the clock whose window holds the most dispatch starts wins (reference/FORMATS.md
+    §0; ties keep the first candidate, the trace's own clock). The label records the clock chosen.
+    """
+    dispatches = dispatches_of(trace)
+    clock = "unknown" if isinstance(trace, pd.DataFrame) else str(getattr(trace, "clock", "unknown"))
+    hinted = [] if isinstance(trace, pd.DataFrame) else list((getattr(trace, "meta", None) or {}).get("clock_candidates") or [])
+    if clock == "realtime":
+        candidates = ["realtime"]
+    elif clock in ("monotonic", "boottime"):
+        candidates = [clock, "boottime" if clock == "monotonic" else "monotonic"]
+    else:
+        candidates = hinted or ["monotonic", "boottime", "realtime"]
+    starts = np.sort(dispatches["start_ns"].to_numpy(dtype=np.int64))
+    best: tuple[int, Window] | None = None
+    for name in candidates:
+        key = CLOCK_KEYS[name]
+        try:
+            lo, hi = int(clocks["start"][key]), int(clocks["end"][key])
+        except (KeyError, TypeError):
+            continue
+        held = int(np.searchsorted(starts, hi, "left") - np.searchsorted(starts, lo, "left"))
+        if best is None or held > best[0]:
+            best = (held, Window(lo, hi, f"{label} ({name} clock)", name))
+    if best is None:
+        raise PerflibError(
+            f"level clocks hold none of {candidates}: expected clocks.start/end with monotonic_ns, "
+            "boottime_ns, realtime_ns (docs/SCHEMA.md §2)"
+        )
+    return best[1]
+
+
+def window_from_manifest(trace: Any, manifest: Mapping[str, Any] | str | Path) -> Window:
+    """Window of a run folder's level: the manifest's `clocks` (a parsed manifest, or a run folder or
+    manifest file to read), aligned to the trace."""
+    if not isinstance(manifest, Mapping):
+        manifest = rundir.read_manifest(manifest)
+    if not isinstance(manifest.get("clocks"), Mapping):
+        raise PerflibError("manifest has no `clocks` (expected {start: {...}, end: {...}}, docs/SCHEMA.md §2)")
+    label = "level " + rundir.run_name(manifest.get("batch", "?"), manifest.get("context", "?"),
+                                      manifest.get("repeat", "?"))
+    return window_from_clocks(trace, manifest["clocks"], label)
+
+
+@dataclass(frozen=True)
+class DecodeWindow:
+    """The all-decoding window of a level on the trace's clock, and the decode steps inside it."""
+
+    window: Window
+    steps: int | None
+
+
+def decode_window_from_run(trace: Any, run_dir: str | Path) -> DecodeWindow:
+    """SERVERS.md §5.2: last request's first token → first request's last token, on the trace's clock.
+
+    Request times are CLOCK_MONOTONIC; the level clocks in the manifest give the offset to whichever
+    clock the trace uses (chosen as in `window_from_clocks`). Steps inside the window are counted from
+    the client: the median, over requests, of token chunks that arrive inside it (one per decode step
+    while every request decodes). No such window (a request finished before the last one started
+    decoding, as at long context with large batches) is a `PerflibError` saying so.
+    """
+    run_dir = Path(run_dir)
+    manifest = rundir.read_manifest(run_dir)
+    level = window_from_manifest(trace, manifest)
+    clocks = manifest["clocks"]
+    offset = int(clocks["start"][CLOCK_KEYS[level.clock]]) - int(clocks["start"]["monotonic_ns"])
+    path = run_dir / rundir.REQUESTS
+    records = [r for r in rundir.read_jsonl(path)
+               if r.get("ok") and r.get("first_token_ns") is not None and r.get("last_token_ns") is not None]
+    if not records:
+        raise PerflibError(f"{path}: no successful request with first and last token times")
+    lo = max(int(r["first_token_ns"]) for r in records)
+    hi = min(int(r["last_token_ns"]) for r in records)
+    if hi <= lo:
+        raise PerflibError(f"{run_dir.name}: no window with all {len(records)} requests decoding (a request "
+                           "finished before the last one produced its first token)")
+    counts = sorted(sum(1 for t in (r.get("chunk_ns") or []) if lo < int(t) <= hi) for r in records)
+    steps = counts[len(counts) // 2] if counts and counts[len(counts) // 2] > 0 else None
+    window = Window(lo + offset, hi + offset, f"decode window of {run_dir.name}: last first token → first last "
+                    f"token ({level.clock} clock)", level.clock)
+    return DecodeWindow(window, steps)
+
+
+def empty_window_error(window: Window, dispatches: pd.DataFrame, why: str) -> PerflibError:
+    """The error for a window that holds nothing: the window, why, and where the dispatches are."""
+    if len(dispatches):
+        span = trace_span(dispatches)
+        where = f"the trace's dispatches span [{span.start_ns}, {span.end_ns}) ns ({span.duration_ns / _NS_PER_MS:.3f} ms)"
+    else:
+        where = "the trace has no dispatches"
+    return PerflibError(f"empty {window.describe()}: {why}; {where}")
+
+
+def parse_window(text: str, dispatches: pd.DataFrame) -> Window:
+    """`START:END` in ns on the trace's clock, or with a unit suffix (`ns`/`us`/`ms`/`s`) relative to the
+    first dispatch's start (`100ms:250ms`); either side may be empty (trace start / end)."""
+    m = re.fullmatch(r"\s*([^:]*)\s*:\s*([^:]*)\s*", text)
+    if not m:
+        raise PerflibError(f"--window {text!r}: expected START:END (ns on the trace clock, or e.g. 100ms:250ms)")
+    span = trace_span(dispatches)
+    units = {"ns": 1, "us": 1_000, "ms": 1_000_000, "s": 1_000_000_000}
+
+    def one(part: str, default: int) -> int:
+        part = part.strip()
+        if not part:
+            return default
+        u = re.fullmatch(r"([-+]?\d+(?:\.\d*)?(?:[eE][-+]?\d+)?)\s*(ns|us|ms|s)", part)
+        if u:
+            return span.start_ns + int(round(float(u.group(1)) * units[u.group(2)]))
+        if re.fullmatch(r"[-+]?\d+", part):
+            return int(part)
+        raise PerflibError(f"--window {text!r}: {part!r} is neither integer ns nor a number with ns/us/ms/s")
+
+    return Window(one(m.group(1), span.start_ns), one(m.group(2), span.end_ns), text)

@@ -1,0 +1,26 @@
+"""Campaigns on top of everything: load and check a campaign file, run its matrix, guard the GPU.
+
+- `validate`: `load_campaign(path)`, the campaign file checked against everything perflib knows.
+- `runner`: `run_campaign`, every incomplete run measured through papermill, then the page.
+- `notebooks`: papermill execution, and the functions the notebooks call (`collect_run`, ...).
+- `guard`: the GPU guard that redoes contended runs.
+
+The campaign file's keys themselves are declared in `perflib.config`.
+"""
+
+from perflib.campaign.guard import GUARD_EXIT, GpuGuard
+from perflib.campaign.notebooks import (
+    NOTEBOOKS,
+    collect_run,
+    execute_notebook,
+    export_notebook,
+    find_kernel,
+    profile_run,
+)
+from perflib.campaign.runner import CampaignResult, run_campaign, serve
+from perflib.campaign.validate import load_campaign
+
+__all__ = [
+    "GUARD_EXIT", "NOTEBOOKS", "CampaignResult", "GpuGuard", "collect_run", "execute_notebook", "export_notebook",
+    "find_kernel", "load_campaign", "profile_run", "run_campaign", "serve",
+]

@@ -1,0 +1,115 @@
+"""The GPU guard (LOADGEN.md §7): wait for an idle GPU, watch it during a run, redo contended runs.
+
+A shared GPU box gives noisy numbers. The guard lists the processes holding the GPU
+(`nvidia-smi --query-compute-apps` on NVIDIA, `/sys/class/kfd/kfd/proc` on ROCm); any that is not
+the runner or its server is contention.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import subprocess
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+from perflib.errors import PerflibError
+
+GUARD_EXIT = 75
+"""The exit status when every attempt was contended, as the seed's rocm_gpu_guard.sh."""
+
+
+def _gpu_pids() -> tuple[str, set[int]] | None:
+    """('nvidia'|'rocm', pids holding the GPU) or None where no GPU tooling is present."""
+    if shutil.which("nvidia-smi"):
+        out = subprocess.run(["nvidia-smi", "--query-compute-apps=pid", "--format=csv,noheader"],
+                             capture_output=True, text=True, timeout=30)
+        if out.returncode == 0:
+            return "nvidia", {int(x) for x in out.stdout.split() if x.strip().isdigit()}
+    kfd = Path("/sys/class/kfd/kfd/proc")
+    if kfd.is_dir():
+        return "rocm", {int(p.name) for p in kfd.iterdir() if p.name.isdigit()}
+    return None
+
+
+def _descendants(roots: set[int]) -> set[int]:
+    """`roots` and every process below them, read from /proc (no psutil)."""
+    parent: dict[int, int] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            text = stat.read_text()
+            parent[int(stat.parent.name)] = int(text[text.rindex(")") + 2:].split()[1])
+    found = set(roots)
+    grew = True
+    while grew:
+        grew = False
+        for pid, ppid in parent.items():
+            if ppid in found and pid not in found:
+                found.add(pid)
+                grew = True
+    return found
+
+
+class GpuGuard:
+    """Wait for an idle GPU, watch it at 1 Hz during a run, and say whether the run was contended.
+
+    Processes of this runner (and its server) are not contention. With no GPU tooling the guard
+    says so once and lets every run through.
+    """
+
+    def __init__(self, idle_s: float = 90.0, wait_timeout_s: float = 3600.0, log=print):
+        self.idle_s = idle_s
+        self.wait_timeout_s = wait_timeout_s
+        self.log = log
+        self.vendor = None
+        probe = _gpu_pids()
+        self.vendor = probe[0] if probe else None
+        self.own_roots: set[int] = {os.getpid()}
+        self._seen: set[int] = set()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        if self.vendor is None:
+            self.log("perflib: GPU guard: no GPU found (no nvidia-smi, no /sys/class/kfd); the guard does nothing")
+
+    def foreign(self) -> set[int]:
+        probe = _gpu_pids()
+        if probe is None:
+            return set()
+        return probe[1] - _descendants(self.own_roots)
+
+    def wait_idle(self) -> None:
+        if self.vendor is None:
+            return
+        deadline = time.monotonic() + self.wait_timeout_s
+        idle_since = time.monotonic()
+        while time.monotonic() - idle_since < self.idle_s:
+            if time.monotonic() > deadline:
+                raise PerflibError(f"GPU guard: the {self.vendor} GPU was not idle for {self.idle_s:.0f} s "
+                                   f"within {self.wait_timeout_s:.0f} s")
+            if self.foreign():
+                idle_since = time.monotonic()
+            time.sleep(1.0)
+
+    def _watch(self) -> None:
+        while not self._stop.wait(1.0):
+            self._seen |= self.foreign()
+
+    @contextlib.contextmanager
+    def watching(self) -> Iterator[set[int]]:
+        """Monitor during the block; the yielded set holds the foreign pids seen."""
+        self._seen = set()
+        if self.vendor is None:
+            yield self._seen
+            return
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._watch, daemon=True)
+        self._thread.start()
+        try:
+            yield self._seen
+        finally:
+            self._stop.set()
+            self._thread.join()
+            self._seen |= self.foreign()

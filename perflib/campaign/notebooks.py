@@ -1,0 +1,153 @@
+"""Running perflib's parameterized notebooks with papermill, and the functions those notebooks call.
+
+`collect.ipynb` measures one run (`collect_run`), `profile.ipynb` attributes its trace
+(`profile_run`), `report.ipynb` shows the verdicts (`export_notebook` exports it as Markdown). Each
+notebook holds a `parameters` cell and calls into perflib; papermill injects the parameters.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import subprocess
+import sys
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from perflib import derive, sweep
+from perflib.campaign.validate import load_campaign
+from perflib.config import Campaign, RunSpec
+from perflib.errors import PerflibError
+
+NOTEBOOKS = Path(__file__).resolve().parents[2] / "notebooks"
+
+
+@dataclass(frozen=True)
+class StartedServer:
+    """What the runner knows of a server it started, handed to `run_level` inside the notebook
+    (the real `ServerHandle` lives in the runner process): flags, log and version."""
+
+    flags: tuple[str, ...]
+    log_path: str | None
+    version: str | None = None
+
+    def identity(self) -> dict[str, Any]:
+        return {"version": self.version, "flags": list(self.flags)}
+
+
+def collect_run(campaign_file: str | Path, arm: str, backend: str, batch: int, context: int, repeat: int,
+                base_url: str, data_dir: str | Path | None = None, server_flags: Sequence[str] | None = None,
+                server_log: str | None = None, server_version: str | None = None) -> Path:
+    """Measure one run into its folder with `perflib.sweep.run_level`; returns the run folder.
+
+    A server that does not answer leaves an incomplete manifest naming the URL and raises, so
+    the runner records the failure and goes on.
+    """
+    campaign = load_campaign(campaign_file)
+    data = Path(data_dir) if data_dir else campaign.data_dir
+    run = RunSpec(campaign.name, arm, backend, batch, context, repeat, campaign.decode_tokens)
+    spec = campaign.backend(backend)
+    server = StartedServer(tuple(server_flags), server_log, server_version) if server_flags is not None else None
+    result = sweep.run_level(base_url, batch, context, campaign.decode_tokens, repeat, run.run_dir(data).parent,
+                             dialect=spec.dialect, server=server, campaign=campaign.name, arm=arm, backend=backend)
+    if result.status != "complete":
+        errors = "; ".join(result.errors) or "no error recorded"
+        raise PerflibError(f"run {run.label} against {base_url} is incomplete: {errors}")
+    return result.run_dir
+
+
+def find_kernel() -> str:
+    """Name of a Jupyter kernel that runs this interpreter (`sys.executable`).
+
+    jupyter_client runs a spec whose argv[0] is `python` with the current interpreter, so the
+    venv's own `python3` spec qualifies; a `perflib` spec made by
+    `python -m ipykernel install --user --name perflib` is preferred when it points here.
+    """
+    from jupyter_client.kernelspec import KernelSpecManager
+
+    specs = KernelSpecManager().get_all_specs()
+    exe = Path(sys.executable)
+
+    def maps_here(name: str) -> bool:
+        argv = specs[name]["spec"].get("argv", [])
+        if not argv:
+            return False
+        first = argv[0]
+        if first in {"python", f"python{sys.version_info[0]}", f"python{sys.version_info[0]}.{sys.version_info[1]}"}:
+            return True
+        with contextlib.suppress(OSError):
+            return Path(first) == exe or Path(first).resolve() == exe.resolve()
+        return False
+
+    for name in ("perflib", "python3", *sorted(specs)):
+        if name in specs and maps_here(name):
+            return name
+    raise PerflibError(f"no Jupyter kernel runs {sys.executable}; register one with "
+                       f"`{sys.executable} -m ipykernel install --user --name perflib`")
+
+
+def execute_notebook(notebook: Path, output: Path, parameters: dict, kernel_name: str, cwd: Path) -> str | None:
+    """Run a notebook with papermill into `output`; returns None, or the error text if a cell raised."""
+    import papermill
+    from papermill.exceptions import PapermillExecutionError
+
+    output.parent.mkdir(parents=True, exist_ok=True)
+    # the kernel runs in `cwd`: make sure it imports this perflib, whatever the install looks like
+    root = str(Path(__file__).resolve().parents[2])
+    path = os.environ.get("PYTHONPATH", "")
+    env = {"PYTHONPATH": root + (os.pathsep + path if path else "")} if root not in path.split(os.pathsep) else {}
+    try:
+        with _environment(env):
+            papermill.execute_notebook(str(notebook), str(output), parameters=parameters, kernel_name=kernel_name,
+                                       progress_bar=False, cwd=str(cwd),
+                                       extra_arguments=["--IPKernelApp.log_level=ERROR"])  # no TCP warning per run
+    except PapermillExecutionError as exc:
+        return f"{output}: cell {exc.cell_index} raised {exc.ename}: {exc.evalue}"
+    return None
+
+
+@contextlib.contextmanager
+def _environment(env: dict[str, str]) -> Iterator[None]:
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        yield
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
+def profile_run(campaign_file: str | Path, arm: str, backend: str, batch: int, context: int, repeat: int,
+                data_dir: str | Path | None = None) -> dict[str, pd.DataFrame]:
+    """Attribute one run's trace, windowed to its level, and write its tables to
+    `data/derived/<campaign>/runs/<arm>/<backend>/<run>/` (`perflib.derive.run_tables`)."""
+    campaign = load_campaign(campaign_file)
+    if data_dir is not None:
+        campaign = replace(campaign, data_dir=Path(data_dir))
+    return derive.run_tables(campaign, RunSpec(campaign.name, arm, backend, batch, context, repeat,
+                                               campaign.decode_tokens))
+
+
+def export_notebook(campaign: Campaign, reports_dir: Path | None = None, kernel_name: str | None = None) -> Path:
+    """Execute notebooks/report.ipynb for the campaign and export it with
+    `jupyter nbconvert --to markdown --no-input` into the reports folder."""
+    reports = Path(reports_dir or campaign.reports_dir)
+    reports.mkdir(parents=True, exist_ok=True)
+    executed = reports / f"{campaign.name}-report.ipynb"
+    error = execute_notebook(NOTEBOOKS / "report.ipynb", executed,
+                             {"campaign_file": str(campaign.path), "data_dir": str(campaign.data_dir)},
+                             kernel_name or find_kernel(), cwd=reports)
+    if error:
+        raise PerflibError(error)
+    out = subprocess.run([sys.executable, "-m", "jupyter", "nbconvert", "--to", "markdown", "--no-input",
+                          str(executed), "--output-dir", str(reports)], capture_output=True, text=True)
+    if out.returncode != 0:
+        raise PerflibError(f"nbconvert of {executed} failed: {out.stderr.strip()[-500:]}")
+    return executed.with_suffix(".md")

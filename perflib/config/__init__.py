@@ -1,0 +1,37 @@
+"""Campaign files: each key declared once, read and checked with errors that name the line.
+
+- `model`: the declared keys, as frozen dataclasses (`Campaign`, `BackendSpec`, `ArmSpec`, ...), and
+  the matrix (`RunSpec`, `Campaign.expand`).
+- `declare`: the validator and constructor derived from those declarations.
+- `loader`: `read_campaign(path)`, the playbooks, `--only` filters.
+- `thresholds`: `>= 0.75`, `< 15%` as a candidate writes them.
+"""
+
+from perflib.config.loader import parse_only, playbook_path, read_campaign, read_playbook, replace_data_dir
+from perflib.config.model import (
+    ARM_ROLES,
+    DIALECTS,
+    PROFILER_KINDS,
+    START_KINDS,
+    WINDOWS,
+    ArmSpec,
+    BackendSpec,
+    Campaign,
+    CandidateSpec,
+    EnvironmentFile,
+    FallbackSpec,
+    GateSpec,
+    ModelSpec,
+    PageNote,
+    ProfilerSpec,
+    ReferenceSpec,
+    RunSpec,
+)
+from perflib.config.thresholds import Threshold, parse_threshold
+
+__all__ = [
+    "ARM_ROLES", "DIALECTS", "PROFILER_KINDS", "START_KINDS", "WINDOWS", "ArmSpec", "BackendSpec", "Campaign",
+    "CandidateSpec", "EnvironmentFile", "FallbackSpec", "GateSpec", "ModelSpec", "PageNote", "ProfilerSpec",
+    "ReferenceSpec", "RunSpec", "Threshold", "parse_only", "parse_threshold", "playbook_path", "read_campaign",
+    "read_playbook", "replace_data_dir",
+]

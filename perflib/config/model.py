@@ -1,0 +1,329 @@
+"""A campaign file's keys, each declared once: these dataclasses are the schema (`perflib.config.declare`).
+
+A campaign names the model, the backends (servers), the matrix (batches × contexts × repeats), the
+arms of a before/after comparison, a regression gate and the candidates. Every field below is a
+YAML key of the same name unless it says `read=False`; its type is what the key holds.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from perflib import rundir
+from perflib.config.declare import Context, key, non_empty_positive, positive, resolve_path
+from perflib.config.thresholds import threshold_check
+from perflib.errors import PerflibError
+from perflib.metrics import DIALECTS as METRICS_DIALECTS
+
+PROFILER_KINDS = ("none", "rocprofv3", "kineto", "cupti", "nsys")
+DIALECTS = ("auto", *METRICS_DIALECTS)
+START_KINDS = ("llama-server-local", "none")
+"""`none`: a trace-only backend (committed profiler captures, no server)."""
+ARM_ROLES = ("compare", "traced")
+"""`traced`: the same configuration as the arm it names in `of`, again under a profiler."""
+WINDOWS = ("decode", "level", "steps")
+"""decode: all requests decoding (SERVERS.md §5.2); level: the manifest clocks around the whole level;
+steps: the span of the step markers."""
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """The model under test; bytes feed the decode-step floor, `random` the local demo model."""
+
+    name: str
+    weight_bytes: int | None = None
+    kv_bytes_per_token: int | None = None
+    path: str | None = None
+    random: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ProfilerSpec:
+    """Which profiler wraps the backend and where its output lands (a path pattern, see `trace_path`)."""
+
+    kind: str = field(default="none", metadata=key(choices=PROFILER_KINDS))
+    output: str | None = None
+    window: str = field(default="decode", metadata=key(choices=WINDOWS))
+
+
+@dataclass(frozen=True)
+class BackendSpec:
+    """One server to measure: a URL to an existing server or a start spec perflib runs itself."""
+
+    name: str
+    url: str | None = None
+    start: str | None = field(default=None, metadata=key(choices=START_KINDS))
+    dialect: str = field(default="auto", metadata=key(choices=DIALECTS))
+    profiler: ProfilerSpec = field(default_factory=ProfilerSpec)
+    peak_bandwidth_gbs: float | None = None
+    kernel_classes: str | None = None
+    device: str | None = None
+    threads: int | None = None
+    extra_args: tuple[str, ...] = ()
+    env: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def trace_only(self) -> bool:
+        """True for `start: none` with no URL: runs are committed profiler captures, no server."""
+        return self.start == "none" and not self.url
+
+
+@dataclass(frozen=True)
+class ArmSpec:
+    """One side of a before/after comparison: a server build, extra flags or an environment."""
+
+    name: str
+    binary: str | None = None
+    url: str | None = None
+    extra_args: tuple[str, ...] = ()
+    env: dict[str, str] = field(default_factory=dict)
+    description: str = ""
+    role: str = field(default="compare", metadata=key(choices=ARM_ROLES))
+    of: str | None = None
+    trace_note: str | None = None
+
+
+@dataclass(frozen=True)
+class ReferenceSpec:
+    """Another campaign whose derived runs stand beside this one's in the cross-backend ratio table."""
+
+    campaign: Path = field(metadata=key(yaml=str, resolve=resolve_path))
+    backend: str | None = None
+    label: str = ""
+
+
+@dataclass(frozen=True)
+class EnvironmentFile:
+    """A JSON file (capture record, trace manifest) whose scalar facts the page's environment lists."""
+
+    file: str
+    keys: tuple[str, ...] = ()
+    label: str = ""
+
+
+@dataclass(frozen=True)
+class PageNote:
+    """A sentence for the page's notes, with an optional link (a path relative to the campaign file)."""
+
+    text: str
+    link: str | None = None
+
+
+@dataclass(frozen=True)
+class GateSpec:
+    """A regression gate: `measure` (a runs.csv column) of `arm` against `baseline` at one batch."""
+
+    measure: str
+    batch: int
+    max_regression_pct: float
+    context: int | None = None
+    baseline: str | None = None
+    arm: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class FallbackSpec:
+    """A measurement and where it applies: a candidate's own, or a second one (`fallback:`) that decides
+    where the candidate's could not be measured. Thresholds a fallback does not give are the candidate's."""
+
+    measure: str
+    confirmed: str | None = field(default=None, metadata=key(check=threshold_check))
+    ruled_out: str | None = field(default=None, metadata=key(check=threshold_check))
+    classes: tuple[str, ...] = field(default=(), metadata=key(one_or_many=True))
+    column: str | None = None
+    batch: int | None = None
+    context: int | None = None
+    label: str = ""
+
+
+@dataclass(frozen=True, kw_only=True)
+class CandidateSpec(FallbackSpec):
+    """A hypothesis: the measurement that decides it, where it applies, and its two thresholds."""
+
+    id: str
+    confirmed: str = field(metadata=key(check=threshold_check))
+    ruled_out: str = field(metadata=key(check=threshold_check))
+    question: str = ""
+    arm: str | None = None
+    backend: str | None = None
+    baseline: str | None = None
+    fallback: tuple[FallbackSpec, ...] = ()
+
+
+@dataclass(frozen=True)
+class Playbook:
+    """A built-in list of candidates (package data `perflib/data/playbooks/<name>.yaml`)."""
+
+    candidates: tuple[CandidateSpec, ...]
+    name: str | None = None
+    description: str | None = None
+
+
+@dataclass(frozen=True)
+class Source:
+    """Where a value was written: the file, its line map and the key path of the value in it."""
+
+    file: Path
+    lines: Any
+    key_path: str
+
+    def where(self, sub: str = "") -> str:
+        path = f"{self.key_path}.{sub}" if sub else self.key_path
+        return self.lines.where(path) if self.lines is not None else path
+
+
+def _default_arms(arms: tuple[ArmSpec, ...], ctx: Context) -> tuple[ArmSpec, ...]:
+    return arms or (ArmSpec("default"),)
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """One run: (campaign, arm, backend, batch, context, repeat)."""
+
+    campaign: str
+    arm: str
+    backend: str
+    batch: int
+    context: int
+    repeat: int
+    decode_tokens: int
+
+    @property
+    def folder(self) -> str:
+        return rundir.run_name(self.batch, self.context, self.repeat)
+
+    @property
+    def label(self) -> str:
+        return f"{self.arm}/{self.backend}/{self.folder}"
+
+    def run_dir(self, data_dir: Path) -> Path:
+        return rundir.campaign_run_dir(data_dir, self.campaign, self.arm, self.backend, self.batch, self.context,
+                                       self.repeat)
+
+    def manifest_keys(self) -> dict[str, Any]:
+        """The keys a manifest starts with where the run never wrote one."""
+        return {"campaign": self.campaign, "arm": self.arm, "backend": self.backend, "batch": self.batch,
+                "context": self.context, "decode_tokens": self.decode_tokens, "repeat": self.repeat}
+
+
+@dataclass(frozen=True)
+class Campaign:
+    """A validated campaign file; paths are resolved against the file's folder."""
+
+    name: str
+    model: ModelSpec
+    backends: tuple[BackendSpec, ...]
+    batches: tuple[int, ...] = field(metadata=key(check=non_empty_positive))
+    contexts: tuple[int, ...] = field(metadata=key(check=non_empty_positive))
+    decode_tokens: int = field(metadata=key(check=positive))
+    repeats: int = field(default=1, metadata=key(check=positive))
+    arms: tuple[ArmSpec, ...] = field(default=(ArmSpec("default"),), metadata=key(resolve=_default_arms))
+    gate: tuple[GateSpec, ...] = field(default=(), metadata=key(one_or_many=True))
+    candidates: tuple[CandidateSpec, ...] = ()
+    playbook: str | None = None
+    see_also: tuple[str, ...] = ()
+    data_dir: Path = field(default=Path("data"), metadata=key(yaml=str, resolve=resolve_path))
+    reports_dir: Path = field(default=Path("reports"), metadata=key(yaml=str, resolve=resolve_path))
+    description: str = ""
+    other_backends: tuple[str, ...] = ("rocm", "metal")
+    other_backends_note: str = ""
+    compare_with: tuple[ReferenceSpec, ...] = ()
+    environment_files: tuple[EnvironmentFile, ...] = ()
+    notes: tuple[PageNote, ...] = ()
+    path: Path = field(default=Path("campaign.yaml"), metadata=key(read=False))
+    lines: Any = field(default=None, compare=False, repr=False, metadata=key(read=False))
+    """The file's line map (`perflib.config.declare.Lines`), for errors found after loading."""
+    candidate_sources: tuple[Source, ...] = field(default=(), compare=False, repr=False, metadata=key(read=False))
+    """Where each of `candidates` was written: this file or the playbook's, for errors found after loading."""
+
+    @property
+    def gates(self) -> tuple[GateSpec, ...]:
+        """The `gate:` key: one gate or a list of them."""
+        return self.gate
+
+    @property
+    def compared_arms(self) -> tuple[ArmSpec, ...]:
+        """The arms of the before/after comparison (traced arms left out); the first is the baseline."""
+        return tuple(a for a in self.arms if a.role == "compare") or self.arms
+
+    def where(self, key_path: str) -> str:
+        """`key.path (line N)` of this campaign's file, for an error about that key."""
+        return self.lines.where(key_path) if self.lines is not None else key_path
+
+    def backend(self, name: str) -> BackendSpec:
+        for spec in self.backends:
+            if spec.name == name:
+                return spec
+        raise PerflibError(f"{self.path}: no backend named {name!r} (have {[b.name for b in self.backends]})")
+
+    def arm(self, name: str) -> ArmSpec:
+        for spec in self.arms:
+            if spec.name == name:
+                return spec
+        raise PerflibError(f"{self.path}: no arm named {name!r} (have {[a.name for a in self.arms]})")
+
+    def class_file(self, backend: BackendSpec) -> Path | None:
+        """The backend's own class table file (`kernel_classes: x.yaml`, relative to the campaign
+        file), or None where it names a built-in table or none."""
+        file = Path(backend.kernel_classes or "")
+        if file.suffix not in (".yaml", ".yml"):
+            return None
+        return file if file.is_absolute() else self.path.parent / file
+
+    def resolve(self, text: str) -> Path:
+        """A path from the campaign file: `{data_dir}` filled in, relative paths against the file's folder."""
+        path = Path(text.format(data_dir=self.data_dir))
+        return path if path.is_absolute() else (self.path.parent / path).resolve()
+
+    def raw_dir(self, data_dir: Path | None = None) -> Path:
+        return rundir.campaign_root(data_dir or self.data_dir, self.name)
+
+    def derived_dir(self, data_dir: Path | None = None) -> Path:
+        return Path(data_dir or self.data_dir) / "derived" / self.name
+
+    def run_folders(self, data_dir: Path | None = None) -> list[rundir.RunFolder]:
+        """Every run folder of this campaign on disk (arm, backend, folder), sorted."""
+        return rundir.list_runs(self.raw_dir(data_dir))
+
+    def expand(self, only: dict[str, set[str]] | None = None) -> list[RunSpec]:
+        """Every run of the campaign, in execution order (arm, backend, context, batch, repeat)."""
+        runs = []
+        for arm in self.arms:
+            for backend in self.backends:
+                for context in self.contexts:
+                    for batch in self.batches:
+                        for repeat in range(1, self.repeats + 1):
+                            run = RunSpec(self.name, arm.name, backend.name, batch, context, repeat,
+                                          self.decode_tokens)
+                            if only and any(str(getattr(run, k)) not in v for k, v in only.items()):
+                                continue
+                            runs.append(run)
+        return runs
+
+    def trace_path(self, run: RunSpec, data_dir: Path | None = None) -> Path | None:
+        """Where the profiler's output for `run` is: what its run folder names or holds
+        (`perflib.rundir.find_trace`), else the backend's `profiler.output` pattern
+        (`{campaign} {arm} {backend} {batch} {context} {repeat} {run_dir} {data_dir}` filled in)."""
+        data = Path(data_dir or self.data_dir)
+        run_dir = run.run_dir(data)
+        found = rundir.find_trace(run_dir)
+        if found is not None:
+            return found
+        spec = self.backend(run.backend).profiler
+        if spec.kind != "none" and spec.output:
+            text = spec.output.format(campaign=run.campaign, arm=run.arm, backend=run.backend, batch=run.batch,
+                                      context=run.context, repeat=run.repeat, run_dir=run_dir, data_dir=data)
+            path = Path(text)
+            return path if path.is_absolute() else self.path.parent / path
+        return None
+
+    def trace_only_runs(self, data_dir: Path | None = None) -> list[tuple[RunSpec, Path | None]]:
+        """(run, its trace file or None where it is missing) for every run of the trace-only backends."""
+        out = []
+        for run in self.expand():
+            if self.backend(run.backend).trace_only:
+                path = self.trace_path(run, data_dir)
+                out.append((run, path if path is not None and path.exists() else None))
+        return out

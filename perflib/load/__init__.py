@@ -1,0 +1,47 @@
+"""Load against an OpenAI-compatible server: streamed requests timed per chunk, in levels.
+
+- `perflib.load.sse`: SSE framing on the byte `\\n`.
+- `perflib.load.stream`: one streamed request on its own connection (`stream_request`,
+  `RequestRecord`); the definitions of TTFT, ITL and decode tok/s are in its docstring.
+- `perflib.load.prompts`: prompts of a target token length, sized with the server's `/tokenize`.
+- `perflib.load.level`: one level, N requests at once with `/metrics` around them (`run_level_async`).
+- `perflib.load.loop`: the event loop (uvloop where installed), also from inside Jupyter.
+- `perflib.load.identity`: the server's identity from `/props` and `/v1/models`.
+
+The client-side arithmetic over the records (steady step, decode-window decomposition) is in
+`perflib.runs`; writing a level into a run folder is `perflib.sweep`.
+"""
+
+from perflib.load.identity import json_object, server_identity, server_kind
+from perflib.load.level import (
+    GAUGE_INTERVAL_S,
+    LevelOutcome,
+    LevelSink,
+    MemorySink,
+    http_client,
+    run_level_async,
+)
+from perflib.load.loop import event_loop_name, run_async, run_sync
+from perflib.load.prompts import (
+    Prompt,
+    ServerUnreachable,
+    TokenCounter,
+    fit_prompt,
+    make_prompts,
+    prompt_tolerance,
+)
+from perflib.load.sse import SSESplitter
+from perflib.load.stream import (
+    DEFAULT_TIMEOUT_S,
+    ENDPOINTS,
+    RequestRecord,
+    decode_tok_s,
+    stream_request,
+)
+
+__all__ = [
+    "DEFAULT_TIMEOUT_S", "ENDPOINTS", "GAUGE_INTERVAL_S", "LevelOutcome", "LevelSink", "MemorySink", "Prompt",
+    "RequestRecord", "SSESplitter", "ServerUnreachable", "TokenCounter", "decode_tok_s", "event_loop_name", "http_client",
+    "fit_prompt", "json_object", "make_prompts", "prompt_tolerance", "run_async", "run_level_async", "run_sync",
+    "server_identity", "server_kind", "stream_request",
+]

@@ -1,0 +1,312 @@
+"""One load level: N streamed requests sent at once, with `/metrics` scraped around them.
+
+One level = N concurrent streaming requests at (batch N, context C prompt tokens, decode tokens D),
+sent in one wave after an unrecorded warm-up, with `/metrics` scraped right before and right after
+and gauges sampled in between. Every request yields one record (docs/SCHEMA.md §2), handed to the
+sink the moment the request finishes, so a crash loses nothing already measured.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import httpx
+
+from perflib import metrics
+from perflib.clocks import monotonic_ns, now_clocks
+from perflib.errors import PerflibError
+from perflib.load.prompts import Prompt, ServerUnreachable, make_prompts
+from perflib.load.stream import DEFAULT_TIMEOUT_S, ENDPOINTS, RequestRecord, stream_request
+from perflib.rundir import run_name
+
+GAUGE_INTERVAL_S = 0.5
+"""Gauge sampling period during a level."""
+
+WARMUP_MAX_TOKENS = 4
+
+
+
+class LevelSink(Protocol):
+    """Where a level's outputs go as they are produced (the run folder, in `perflib.sweep`)."""
+
+    def request(self, record: RequestRecord) -> None: ...
+    def warmup(self, record: RequestRecord) -> None: ...
+    def gauges(self, sample: dict[str, Any]) -> None: ...
+    def metrics(self, which: str, text: str) -> None: ...
+
+
+class MemorySink:
+    """A `LevelSink` that keeps everything in lists (tests, notebooks)."""
+
+    def __init__(self) -> None:
+        self.records: list[RequestRecord] = []
+        self.warmups: list[RequestRecord] = []
+        self.gauge_samples: list[dict[str, Any]] = []
+        self.metrics_text: dict[str, str] = {}
+
+    def request(self, record: RequestRecord) -> None:
+        self.records.append(record)
+
+    def warmup(self, record: RequestRecord) -> None:
+        self.warmups.append(record)
+
+    def gauges(self, sample: dict[str, Any]) -> None:
+        self.gauge_samples.append(sample)
+
+    def metrics(self, which: str, text: str) -> None:
+        self.metrics_text[which] = text
+
+
+@dataclass
+class LevelOutcome:
+    """What one level produced besides the records already handed to the sink."""
+
+    records: list[RequestRecord]
+    prompt_tokens: dict[str, Any]
+    clocks: dict[str, dict[str, int] | None]
+    metrics: dict[str, Any]
+    errors: list[str]
+    warmup_ok: bool | None = None
+    gauge_samples: int = 0
+    unreachable: bool = False
+
+    @property
+    def complete(self) -> bool:
+        return not self.errors
+
+
+def http_client(timeout: float) -> httpx.AsyncClient:
+    """An httpx client that opens a new connection for every request (no keep-alive pool)."""
+    return httpx.AsyncClient(
+        limits=httpx.Limits(max_connections=None, max_keepalive_connections=0),
+        timeout=httpx.Timeout(timeout, connect=10.0),
+        trust_env=False,  # a proxy from the environment must not sit between client and server
+    )
+
+
+def _scrape_client() -> httpx.Client:
+    """One sync client for a level's scrapes: building an httpx client loads a CA bundle (tens of
+    ms under the GIL), which must not happen every gauge sample while streams are being timed."""
+    return httpx.Client(timeout=10.0, trust_env=False, limits=httpx.Limits(max_keepalive_connections=0))
+
+
+async def _scrape(base_url: str, client: httpx.Client) -> Any:
+    """`perflib.metrics.scrape` in a thread, so the event loop keeps reading streams meanwhile."""
+    return await asyncio.to_thread(metrics.scrape, base_url, client=client)
+
+
+async def _sample_gauges(base_url: str, client: httpx.Client, dialect: str, sink: LevelSink, interval: float,
+                         stop: asyncio.Event, counter: list[int]) -> None:
+    """Scrape gauges every `interval` s until `stop` is set; a failed scrape is recorded as such.
+
+    Stopping waits for the scrape in flight, so the "after" scrape never overlaps a gauge scrape
+    (one scraper per server).
+    """
+    while not stop.is_set():
+        t_ns = monotonic_ns()
+        sample: dict[str, Any] = {"t_ns": t_ns, "unix_ns": time.time_ns()}
+        try:
+            snap = await _scrape(base_url, client)
+            sample["gauges"] = metrics.gauge_values(snap.text, dialect)
+        except Exception as exc:  # a failed sample is data, not a crash
+            sample["gauges"] = None
+            sample["error"] = f"{type(exc).__name__}: {exc}"
+        sink.gauges(sample)
+        counter[0] += 1
+        try:
+            await asyncio.wait_for(stop.wait(), max(0.0, interval - (monotonic_ns() - t_ns) / 1e9))
+        except TimeoutError:
+            pass
+
+
+def _unreachable_message(base_url: str, what: str, exc: BaseException) -> str:
+    return (f"server unreachable at {base_url} ({what}): {type(exc).__name__}: {exc or 'connection refused'}; "
+            "is it running at that address? (or let perflib start one with --start-server)")
+
+
+@dataclass(frozen=True)
+class LevelSpec:
+    """What one level sends: N requests of C prompt tokens and D decode tokens, and how."""
+
+    base_url: str
+    batch: int
+    context: int
+    decode_tokens: int
+    repeat: int
+    endpoint: str = "completions"
+    model: str | None = None
+    dialect: str = "auto"
+    ignore_eos: bool = True
+    extra_body: Mapping[str, Any] | None = None
+    timeout: float = DEFAULT_TIMEOUT_S
+    gauge_interval: float = GAUGE_INTERVAL_S
+    scrape_metrics: bool = True
+
+    @property
+    def name(self) -> str:
+        return run_name(self.batch, self.context, self.repeat)
+
+
+async def run_level_async(
+    base_url: str,
+    batch: int,
+    context: int,
+    decode_tokens: int,
+    repeat: int,
+    sink: LevelSink,
+    *,
+    endpoint: str = "completions",
+    model: str | None = None,
+    dialect: str = "auto",
+    ignore_eos: bool = True,
+    extra_body: Mapping[str, Any] | None = None,
+    timeout: float = DEFAULT_TIMEOUT_S,
+    gauge_interval: float = GAUGE_INTERVAL_S,
+    scrape_metrics: bool = True,
+    on_started: Callable[[], None] | None = None,
+) -> LevelOutcome:
+    """Measure one level: prompts, warm-up, `/metrics` before, N requests at once with gauges
+    sampled, `/metrics` after the last request finished. Never raises for a fault of the server:
+    every fault lands in `LevelOutcome.errors` (and the failed requests' records).
+
+    `clocks.start` is read just before the N requests are sent, `clocks.end` right after the
+    last one finished. `on_started` is called right after they are sent (tests use it).
+    """
+    if endpoint not in ENDPOINTS:
+        raise PerflibError(f"endpoint must be one of {', '.join(ENDPOINTS)}, not {endpoint!r}")
+    spec = LevelSpec(base_url, batch, context, decode_tokens, repeat, endpoint, model, dialect, ignore_eos,
+                     extra_body, timeout, gauge_interval, scrape_metrics)
+    outcome = LevelOutcome(records=[], prompt_tokens={"target": context, "measured": [], "method": None},
+                           clocks={"start": None, "end": None},
+                           metrics={"available": None, "dialect": dialect, "error": None,
+                                    "process_start_before": None, "process_start_after": None}, errors=[])
+    with _scrape_client() as scrape_client:
+        async with http_client(timeout) as client:
+            level = _Level(spec, sink, outcome, client, scrape_client, uuid.uuid4().hex[:8])
+            prompts = await level.prompts()
+            if prompts is None or not await level.warm_up():
+                return outcome
+            before = await level.scrape("before") if scrape_metrics else None
+            await level.wave(prompts, gauges=before is not None, on_started=on_started)
+            if before is not None:
+                await level.scrape("after")
+    return outcome
+
+
+@dataclass
+class _Level:
+    """One level in progress: its spec, where its outputs go, and the clients it sends with."""
+
+    spec: LevelSpec
+    sink: LevelSink
+    outcome: LevelOutcome
+    client: httpx.AsyncClient
+    scrape_client: httpx.Client
+    nonce: str
+
+    def _unreachable(self, message: str) -> None:
+        self.outcome.errors.append(f"level {self.spec.name}: {message}")
+        self.outcome.unreachable = True
+
+    def _common(self) -> dict[str, Any]:
+        s = self.spec
+        return dict(endpoint=s.endpoint, model=s.model, ignore_eos=s.ignore_eos, extra_body=s.extra_body,
+                    batch=s.batch, context=s.context, repeat=s.repeat, timeout=s.timeout)
+
+    async def prompts(self) -> list[Prompt] | None:
+        """Prompts distinct per request, repeat and run, sized with the server; None when unreachable."""
+        s = self.spec
+        try:
+            prompts = await make_prompts(self.client, s.base_url, endpoint=s.endpoint, count=s.batch,
+                                         target=s.context, tag=f"{self.nonce} r{s.repeat}")
+        except ServerUnreachable as exc:
+            self._unreachable(str(exc))
+            return None
+        except httpx.HTTPError as exc:
+            self._unreachable(_unreachable_message(s.base_url, "sizing prompts", exc))
+            return None
+        self.outcome.prompt_tokens = {"target": s.context, "measured": [p.tokens for p in prompts],
+                                      "method": prompts[0].method if prompts else None}
+        return prompts
+
+    async def warm_up(self) -> bool:
+        """One short request, recorded apart; False when it got no answer at all."""
+        warm = await stream_request(self.client, self.spec.base_url, prompt=f"[{self.nonce} warm-up] hello",
+                                    max_tokens=WARMUP_MAX_TOKENS, request_id=f"{self.spec.name}-warmup",
+                                    **self._common())
+        self.sink.warmup(warm)
+        self.outcome.warmup_ok = warm.ok
+        if warm.status is None:
+            self._unreachable(f"warm-up request failed: {warm.error}")
+            return False
+        return True
+
+    async def scrape(self, which: str) -> Any:
+        """`/metrics` before or after the wave, written to the sink; None (noted) when it failed."""
+        snap = await _scrape_or_note(self.spec.base_url, self.scrape_client, which, self.outcome.metrics,
+                                     self.outcome.errors, self.spec.name)
+        if snap is not None:
+            self.sink.metrics(which, snap.text)
+        return snap
+
+    async def wave(self, prompts: list[Prompt], gauges: bool, on_started: Callable[[], None] | None) -> None:
+        """The N requests at once, each record written as soon as it finishes, gauges sampled meanwhile."""
+        s, outcome = self.spec, self.outcome
+
+        async def one(i: int) -> RequestRecord:
+            prompt = prompts[i]
+            rec = await stream_request(self.client, s.base_url, prompt=prompt.text, max_tokens=s.decode_tokens,
+                                       request_id=f"{s.name}-{i}", prompt_tokens=prompt.tokens,
+                                       prompt_tokens_method=prompt.method, **self._common())
+            self.sink.request(rec)
+            return rec
+
+        gauge_count = [0]
+        gauge_task = None
+        stop = asyncio.Event()
+        if gauges and s.gauge_interval > 0:
+            gauge_task = asyncio.create_task(_sample_gauges(s.base_url, self.scrape_client, s.dialect, self.sink,
+                                                            s.gauge_interval, stop, gauge_count))
+        outcome.clocks["start"] = now_clocks()
+        tasks = [asyncio.create_task(one(i)) for i in range(s.batch)]
+        if on_started is not None:
+            on_started()
+        try:
+            outcome.records = list(await asyncio.gather(*tasks))
+        finally:
+            outcome.clocks["end"] = now_clocks()
+            if gauge_task is not None:
+                stop.set()
+                await gauge_task
+        outcome.gauge_samples = gauge_count[0]
+        failed = [r for r in outcome.records if not r.ok]
+        if failed:
+            outcome.errors.append(f"level {s.name}: {len(failed)} of {s.batch} requests failed "
+                                  f"(first: {failed[0].error})")
+
+
+async def _scrape_or_note(base_url: str, client: httpx.Client, which: str, info: dict[str, Any], errors: list[str],
+                          level: str) -> Any:
+    """Scrape `/metrics`; a 501/404 or a lost connection is noted in `info` and `errors`."""
+    try:
+        snap = await _scrape(base_url, client)
+    except metrics.MetricsUnavailable as exc:
+        info["available"] = False
+        info["error"] = f"/metrics unavailable ({which} the level): {exc}"
+        errors.append(f"level {level}: counters unavailable: {base_url}/metrics: {exc} "
+                      "(start llama-server with --metrics)")
+        return None
+    except (httpx.HTTPError, OSError, PerflibError) as exc:
+        info["available"] = info["available"] if which == "after" else False
+        info["error"] = f"/metrics scrape {which} the level failed: {type(exc).__name__}: {exc}"
+        errors.append(f"level {level}: {info['error']}")
+        return None
+    info["available"] = True
+    info[f"process_start_{which}"] = getattr(snap, "process_start", None)
+    return snap
+

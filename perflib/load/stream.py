@@ -1,0 +1,492 @@
+"""One streamed request on its own connection, timed per chunk: the SSE/HTTP transport of a level.
+
+Definitions (reference/LOADGEN.md §1):
+
+- clock: CLOCK_MONOTONIC nanoseconds (`perflib.clocks.monotonic_ns`), the clock rocprofv3 can also use.
+- `start_ns`: just before the POST; every request opens a new connection, so this is also
+  before the connection is opened (mlxcel).
+- token-carrying chunk: an SSE event whose `choices` entry has a non-empty `text`
+  (completions) or `delta.content` / `delta.reasoning_content` (chat), as mlxcel and
+  inference-perf count it. llama.cpp's closing chunk (empty text, `finish_reason`, `usage`,
+  `timings`) and the chat role chunk do not count.
+- TTFT = first token-carrying chunk − start; ITL = one sample per later token-carrying chunk
+  (chunk-weighted, not per token); `last_token_ns` = last token-carrying chunk;
+  `end_ns` = stream close; `e2e_ms` = last token − start (vLLM's E2EL).
+- `completion_tokens` from the usage chunk (`stream_options.include_usage`), else the server's
+  `timings.predicted_n`, else None.
+- `decode_tok_s` = (completion_tokens − 1) / (last_token − first_token): the total ends at the
+  **last token-carrying chunk** (vLLM), not at stream close as mlxcel's harness does (the two
+  differ by the closing chunk and `[DONE]`, well under a step). This makes the denominator the
+  request's decode window of docs/SCHEMA.md §4.
+
+Transport pitfalls against a real llama-server (LOADGEN §6): a new connection per request (no
+keep-alive reuse, which llama-server drops under load) and SSE split on the byte `\\n` only, never on
+Unicode line separators (token text may hold U+2028), so `aiter_lines` is not used.
+
+Client cost: the streamed responses are read by `_SSEResponse`, a minimal asyncio protocol, run on
+uvloop when it is installed (`perflib.load.loop`). On 2 CPU cores httpx's per-read stack cost ~200 µs
+of client CPU per streamed token at 64 streams; this reader ~40 µs on uvloop (~75 µs on the stdlib
+loop); see benchmarks/client_overhead.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from typing import Any
+from urllib.parse import urlsplit
+
+import httpx
+
+from perflib.clocks import monotonic_ns
+from perflib.errors import PerflibError
+from perflib.load.sse import SSESplitter
+
+ENDPOINTS = {"completions": "/v1/completions", "chat": "/v1/chat/completions"}
+"""`--endpoint` value → path."""
+
+DEFAULT_TIMEOUT_S = 600.0
+"""Per-request read timeout (mlxcel's harness default)."""
+
+
+@dataclass(frozen=True)
+class RequestRecord:
+    """One request of a level, field for field as docs/SCHEMA.md §2 (`usage_prompt_tokens` added)."""
+
+    request_id: str
+    batch: int
+    context: int
+    repeat: int
+    prompt_tokens: int | None
+    prompt_tokens_method: str
+    max_tokens: int
+    start_ns: int
+    first_token_ns: int | None
+    last_token_ns: int | None
+    end_ns: int | None
+    start_unix_ns: int
+    ttft_ms: float | None
+    e2e_ms: float | None
+    itl_ms: list[float]
+    chunk_ns: list[int]
+    completion_tokens: int | None
+    decode_tok_s: float | None
+    status: int | None
+    ok: bool
+    error: str | None
+    timings: dict | None
+    attempt: int = 1
+    usage_prompt_tokens: int | None = None
+    """Extension: the prompt tokens the server says it evaluated (`usage.prompt_tokens`)."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def decode_tok_s(completion_tokens: int | None, first_token_ns: int | None,
+                 last_token_ns: int | None) -> float | None:
+    """(completion_tokens − 1) / (last token − first token) in tok/s; None if n ≤ 1 or no span."""
+    if completion_tokens is None or completion_tokens <= 1 or first_token_ns is None or last_token_ns is None:
+        return None
+    span = last_token_ns - first_token_ns
+    if span <= 0:
+        return None
+    return (completion_tokens - 1) * 1e9 / span
+
+
+def _token_text(choice: Mapping[str, Any]) -> bool:
+    """Whether one `choices` entry carries token text (completions `text`, chat `delta`)."""
+    text = choice.get("text")
+    if text:
+        return True
+    delta = choice.get("delta")
+    if isinstance(delta, dict):
+        return bool(delta.get("content") or delta.get("reasoning_content"))
+    return False
+
+
+_FAST_COMPLETION = b'{"choices":[{"text":"'
+_FAST_CHAT = b'{"choices":[{"finish_reason":null,"index":0,"delta":{"content":"'
+_FAST_PREFIXES = (_FAST_COMPLETION, _FAST_CHAT)
+_FAST_CUT = {_FAST_COMPLETION[14:15]: len(_FAST_COMPLETION), _FAST_CHAT[14:15]: len(_FAST_CHAT)}
+"""llama-server's token-chunk prefixes (completions, chat), told apart by their 15th byte."""
+
+
+@dataclass
+class _StreamState:
+    """Mutable state of one stream while it is read; turned into a `RequestRecord` at the end."""
+
+    chunk_ns: list[int] = field(default_factory=list)
+    usage: dict | None = None
+    timings: dict | None = None
+    done: bool = False
+    error: str | None = None
+    events: int = 0
+
+    def take(self, payload: bytes, t_ns: int) -> None:
+        """Account one SSE payload that arrived at `t_ns`."""
+        self.events += 1
+        # Fast path for llama-server's compact token chunks (most events of a stream): the text
+        # starts right after a fixed prefix, so a non-empty token is a byte check. A chunk that
+        # could carry anything else (usage, timings, an error) or does not end like one (`"}`,
+        # the closing `id` string) takes the full parse below, which catches malformed events.
+        if payload.startswith(_FAST_PREFIXES) and payload.endswith(b'"}'):
+            rest = payload[_FAST_CUT[payload[14:15]]:]
+            if (not rest.startswith(b'"') and b'"usage":' not in payload and b'"timings":' not in payload
+                    and b'"error":' not in payload):
+                self.chunk_ns.append(t_ns)
+                return
+        if payload == b"[DONE]":
+            self.done = True
+            return
+        try:
+            obj = json.loads(payload)
+        except ValueError:
+            snippet = payload[:120].decode("utf-8", "replace")
+            self.error = f"malformed SSE: event {self.events} is not JSON: data: {snippet!r}"
+            return
+        if not isinstance(obj, dict):
+            snippet = payload[:120].decode("utf-8", "replace")
+            self.error = f"malformed SSE: event {self.events} is not a JSON object: data: {snippet!r}"
+            return
+        choices = obj.get("choices")
+        if choices:
+            for choice in choices:
+                if _token_text(choice):
+                    self.chunk_ns.append(t_ns)
+                    break
+        if "usage" in obj and obj["usage"]:
+            self.usage = obj["usage"]
+        if "timings" in obj and obj["timings"]:
+            self.timings = obj["timings"]
+        if "error" in obj and obj["error"]:
+            err = obj["error"]
+            message = err.get("message", err) if isinstance(err, dict) else err
+            self.error = f"server error in stream after {len(self.chunk_ns)} token chunks: {message}"
+
+
+class _SSEResponse(asyncio.Protocol):
+    """A minimal HTTP/1.1 response reader for one streamed request on its own connection.
+
+    Why not httpx here: on a 2-core box httpx's per-read stack (anyio stream, httpcore, h11 events)
+    costs ~200 µs of client CPU per streamed token at 64 streams, four times the goal (see
+    benchmarks/client_overhead.py). This reader does only what the hot path needs: parse the status
+    line and headers, undo chunked transfer encoding (or read to Content-Length / connection
+    close), split SSE on the byte `\\n` (`SSESplitter`) and hand each event to `_StreamState` with
+    the CLOCK_MONOTONIC time of the read that completed it. Requests still go out with
+    `Connection: close`, one connection each.
+    """
+
+    def __init__(self, state: _StreamState, loop: asyncio.AbstractEventLoop):
+        self.state = state
+        self.splitter = SSESplitter()
+        self.done: asyncio.Future[None] = loop.create_future()
+        self.transport: asyncio.Transport | None = None
+        self.head = b""
+        self.status: int | None = None
+        self.in_body = False
+        self.chunked = False
+        self.length: int | None = None  # Content-Length still to read
+        self.chunk_left = 0  # bytes of the current chunk still to read
+        self.crlf_left = 0  # CRLF after a chunk's data still to skip
+        self.size_line = b""  # a chunk-size line cut by a read
+        self.complete = False  # the body's end was seen (last chunk, or Content-Length reached)
+        self.error_body = bytearray()
+        self.lost: BaseException | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+
+    def data_received(self, data: bytes) -> None:
+        t_ns = time.clock_gettime_ns(time.CLOCK_MONOTONIC)
+        if not self.in_body:
+            self.head += data
+            end = self.head.find(b"\r\n\r\n")
+            if end < 0:
+                return
+            data = self.head[end + 4:]
+            self._parse_head(self.head[:end])
+            self.in_body = True
+            if not data:
+                return
+        if self.chunked:
+            data = self._unchunk(data)
+        elif self.length is not None:
+            data = data[:self.length]
+            self.length -= len(data)
+            self.complete = self.length == 0
+        if data:
+            if self.status is not None and self.status >= 400:
+                self.error_body += data[:4096 - len(self.error_body)]
+            else:
+                take = self.state.take
+                for payload in self.splitter.feed(data):
+                    take(payload, t_ns)
+                    if self.state.error:
+                        self.complete = True  # stop at the first bad event: what follows is untrusted
+                        break
+        if self.complete:
+            self._finish()
+
+    def _parse_head(self, head: bytes) -> None:
+        lines = head.split(b"\r\n")
+        parts = lines[0].split(b" ", 2)
+        try:
+            self.status = int(parts[1])
+        except (IndexError, ValueError):
+            self.state.error = f"malformed HTTP status line: {lines[0][:80]!r}"
+            self.complete = True
+            return
+        for line in lines[1:]:
+            name, _, value = line.partition(b":")
+            name = name.strip().lower()
+            if name == b"transfer-encoding" and b"chunked" in value.lower():
+                self.chunked = True
+            elif name == b"content-length":
+                self.length = int(value.strip())
+        if self.chunked:
+            self.length = None
+        elif self.length == 0:
+            self.complete = True
+
+    def _unchunk(self, data: bytes) -> bytes:
+        """Payload bytes of chunked transfer encoding, across reads that cut it anywhere."""
+        out: list[bytes] = []
+        if self.size_line:
+            data = self.size_line + data
+            self.size_line = b""
+        pos, n = 0, len(data)
+        while pos < n:
+            if self.chunk_left:
+                piece = data[pos:pos + self.chunk_left]
+                out.append(piece)
+                pos += len(piece)
+                self.chunk_left -= len(piece)
+                if not self.chunk_left:
+                    self.crlf_left = 2
+            elif self.crlf_left:
+                skip = min(self.crlf_left, n - pos)
+                pos += skip
+                self.crlf_left -= skip
+            else:
+                end = data.find(b"\r\n", pos)
+                if end < 0:
+                    self.size_line = data[pos:]
+                    break
+                try:
+                    size = int(data[pos:end].split(b";", 1)[0], 16)
+                except ValueError:
+                    self.state.error = f"malformed chunked encoding: size line {data[pos:end][:40]!r}"
+                    self.complete = True
+                    break
+                pos = end + 2
+                if size == 0:
+                    self.complete = True  # trailers, if any, are not read
+                    break
+                self.chunk_left = size
+        return out[0] if len(out) == 1 else b"".join(out)
+
+    def _finish(self) -> None:
+        if self.transport is not None:
+            self.transport.close()
+        if not self.done.done():
+            self.done.set_result(None)
+
+    def eof_received(self) -> bool | None:
+        return None  # close the transport; connection_lost follows
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if not self.complete:
+            self.lost = exc or ConnectionResetError("the server closed the connection")
+            if self.in_body and not self.chunked and self.length is None:
+                self.lost = None  # a close-delimited body ends with the connection
+                self.complete = True
+            if not self.state.error:
+                t_ns = time.clock_gettime_ns(time.CLOCK_MONOTONIC)
+                for payload in self.splitter.close():
+                    self.state.take(payload, t_ns)
+        if not self.done.done():
+            self.done.set_result(None)
+
+
+async def _stream_raw(url: str, content: bytes, state: _StreamState, timeout: float) -> tuple[int | None, str | None]:
+    """POST `content` to `url` on a new connection and read the SSE response into `state`.
+
+    Returns (HTTP status or None, error or None); never raises for a network fault.
+    """
+    parsed = urlsplit(url)
+    host = parsed.hostname or "127.0.0.1"
+    port = parsed.port or 80
+    target = parsed.path + (f"?{parsed.query}" if parsed.query else "")
+    head = (f"POST {target} HTTP/1.1\r\nHost: {parsed.netloc}\r\nContent-Type: application/json\r\n"
+            f"Accept: text/event-stream\r\nConnection: close\r\nContent-Length: {len(content)}\r\n\r\n")
+    loop = asyncio.get_running_loop()
+    proto = _SSEResponse(state, loop)
+    try:
+        transport, _ = await asyncio.wait_for(loop.create_connection(lambda: proto, host, port), 10.0)
+    except (OSError, TimeoutError) as exc:
+        return None, f"cannot connect to {url}: {exc or type(exc).__name__} (is the server running?)"
+    transport.write(head.encode() + content)
+    try:
+        await asyncio.wait_for(asyncio.shield(proto.done), timeout)
+    except TimeoutError:
+        transport.abort()
+        return proto.status, f"timed out after {timeout:g} s and {len(state.chunk_ns)} token chunks"
+    except asyncio.CancelledError:
+        transport.abort()
+        raise
+    if proto.status is None:
+        return None, (f"connection lost before the response to {url}: "
+                      f"{type(proto.lost).__name__ if proto.lost else 'closed'}: {proto.lost or 'no detail'}")
+    if proto.status >= 400:
+        snippet = bytes(proto.error_body[:300]).decode("utf-8", "replace").strip()
+        return proto.status, f"HTTP {proto.status} from {url}: {snippet}"
+    if proto.lost is not None and not state.error:
+        return proto.status, (f"connection lost after {len(state.chunk_ns)} token chunks: "
+                              f"{type(proto.lost).__name__}: {proto.lost or 'no detail'}")
+    return proto.status, None
+
+
+async def _stream_httpx(client: httpx.AsyncClient, url: str, content: bytes, state: _StreamState,
+                        max_tokens: int) -> tuple[int | None, str | None]:
+    """The same exchange through httpx (`aiter_raw`, never `aiter_lines`); for https and comparison."""
+    headers = {"Content-Type": "application/json", "Accept": "text/event-stream", "Connection": "close"}
+    splitter = SSESplitter()
+    status: int | None = None
+    try:
+        async with client.stream("POST", url, content=content, headers=headers) as response:
+            status = response.status_code
+            if status >= 400:
+                raw = await response.aread()
+                return status, f"HTTP {status} from {url}: {raw[:300].decode('utf-8', 'replace').strip()}"
+            take = state.take
+            async for data in response.aiter_raw():
+                t_ns = monotonic_ns()
+                for payload in splitter.feed(data):
+                    take(payload, t_ns)
+                    if state.error:  # stop at the first bad event: what follows is untrusted
+                        break
+                if state.error:
+                    break
+            if not state.error:
+                t_ns = monotonic_ns()
+                for payload in splitter.close():
+                    take(payload, t_ns)
+    except httpx.ConnectError as exc:
+        return None, f"cannot connect to {url}: {exc or type(exc).__name__} (is the server running?)"
+    except httpx.TimeoutException as exc:
+        return status, f"timed out after {len(state.chunk_ns)} token chunks: {type(exc).__name__} {exc}"
+    except httpx.HTTPError as exc:  # RemoteProtocolError, ReadError: the server went away mid-stream
+        return status, (f"connection lost after {len(state.chunk_ns)} token chunks of {max_tokens} tokens: "
+                        f"{type(exc).__name__}: {exc or 'no detail'}")
+    return status, None
+
+
+async def stream_request(
+    client: httpx.AsyncClient | None,
+    base_url: str,
+    *,
+    endpoint: str,
+    prompt: str,
+    max_tokens: int,
+    request_id: str,
+    batch: int,
+    context: int,
+    repeat: int,
+    prompt_tokens: int | None = None,
+    prompt_tokens_method: str = "estimate",
+    model: str | None = None,
+    ignore_eos: bool = True,
+    extra_body: Mapping[str, Any] | None = None,
+    attempt: int = 1,
+    transport: str = "auto",
+    timeout: float = DEFAULT_TIMEOUT_S,
+) -> RequestRecord:
+    """Send one streaming request and time every chunk; never raises for a failed request.
+
+    `transport`: `raw` (the minimal reader `_SSEResponse`, the hot path), `httpx` (through
+    `client`, an httpx client without keep-alive), or `auto` = `raw` for http:// and `httpx` for
+    https://. Both open one connection per request and split SSE on bytes.
+
+    Transport and protocol faults become the record's `error` (with `ok` False): HTTP status ≥ 400
+    (with a body snippet), connection refused or dropped, timeout, a `data:` line that is not JSON,
+    an `error` object in the stream, and a stream that stops early (no `[DONE]`, or fewer than
+    `max_tokens` tokens while `ignore_eos` is set).
+    """
+    url = base_url.rstrip("/") + ENDPOINTS[endpoint]
+    content = json.dumps(request_body(endpoint, prompt, max_tokens, model, ignore_eos, extra_body)).encode()
+    if transport == "auto":
+        transport = "raw" if url.startswith("http://") else "httpx"
+    state = _StreamState()
+    start_unix_ns = time.time_ns()
+    start_ns = monotonic_ns()
+    if transport == "raw":
+        status, error = await _stream_raw(url, content, state, timeout)
+    elif transport == "httpx":
+        if client is None:
+            raise PerflibError("transport='httpx' needs an httpx.AsyncClient")
+        status, error = await _stream_httpx(client, url, content, state, max_tokens)
+    else:
+        raise PerflibError(f"transport must be auto, raw or httpx, not {transport!r}")
+    end_ns = monotonic_ns()
+    usage = state.usage or {}
+    completion_tokens = usage.get("completion_tokens")
+    if completion_tokens is None and state.timings:
+        completion_tokens = state.timings.get("predicted_n")
+    error = error or state.error or _early_end(state, status, completion_tokens, max_tokens, ignore_eos)
+    chunks = state.chunk_ns
+    first = chunks[0] if chunks else None
+    last = chunks[-1] if chunks else None
+    return RequestRecord(
+        request_id=request_id, batch=batch, context=context, repeat=repeat,
+        prompt_tokens=prompt_tokens, prompt_tokens_method=prompt_tokens_method, max_tokens=max_tokens,
+        start_ns=start_ns, first_token_ns=first, last_token_ns=last, end_ns=end_ns,
+        start_unix_ns=start_unix_ns,
+        ttft_ms=(first - start_ns) / 1e6 if first is not None else None,
+        e2e_ms=(last - start_ns) / 1e6 if last is not None else None,
+        itl_ms=[(b - a) / 1e6 for a, b in zip(chunks, chunks[1:], strict=False)], chunk_ns=list(chunks),
+        completion_tokens=completion_tokens, decode_tok_s=decode_tok_s(completion_tokens, first, last),
+        status=status, ok=error is None and status == 200 and bool(chunks), error=error,
+        timings=state.timings, attempt=attempt, usage_prompt_tokens=usage.get("prompt_tokens"),
+    )
+
+
+def request_body(endpoint: str, prompt: str, max_tokens: int, model: str | None, ignore_eos: bool,
+                 extra_body: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The JSON body of one streamed request: greedy, with the usage chunk asked for, `ignore_eos` so
+    that every request decodes its full length, and the server-specific fields last."""
+    body: dict[str, Any] = {
+        "model": model or "default",
+        "max_tokens": max_tokens,
+        "temperature": 0,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
+    if endpoint == "chat":
+        body["messages"] = [{"role": "user", "content": prompt}]
+    else:
+        body["prompt"] = prompt
+    if ignore_eos:
+        body["ignore_eos"] = True
+    if extra_body:
+        body.update(extra_body)
+    return body
+
+
+def _early_end(state: _StreamState, status: int | None, completion_tokens: int | None, max_tokens: int,
+               ignore_eos: bool) -> str | None:
+    """Why a stream that the server answered with success still did not deliver a full request."""
+    if status is None or status >= 400:
+        return None
+    got = completion_tokens if completion_tokens is not None else len(state.chunk_ns)
+    if not state.done:
+        return f"stream ended after {got} of {max_tokens} tokens (no [DONE])"
+    if ignore_eos and got < max_tokens:
+        return f"stream ended after {got} of {max_tokens} tokens"
+    if not state.chunk_ns:
+        return "stream finished without a token-carrying chunk"
+    return None
+

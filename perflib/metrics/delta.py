@@ -1,0 +1,208 @@
+"""Two `/metrics` snapshots of one server differenced: deltas, resets, and the derived figures."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from perflib.metrics.exposition import Sample, Snapshot, as_samples
+from perflib.metrics.figures import FIGURES, derive_figures
+from perflib.metrics.names import (
+    NAME_TABLES,
+    MetricName,
+    base_name,
+    present_name,
+    resolve_dialect,
+    spec_keys,
+    values_for,
+)
+
+
+@dataclass(frozen=True)
+class MetricsDelta:
+    """What the counters did across one level, and the SERVERS.md §5 figures derived from them.
+
+    Figures that cannot be computed are None (JSON null), never 0. On a reset (a counter that went
+    backwards, or a changed `Process-Start-Time-Unix`) every figure and delta is None and `notes`
+    say why. `absent` lists canonical names missing from the after snapshot.
+    """
+
+    dialect: str
+    decode_steps: float | None = None
+    decode_tokens: float | None = None
+    mixed_steps: float | None = None
+    prefill_chunks: float | None = None
+    tokens_predicted_seconds: float | None = None
+    occupancy: float | None = None
+    decode_step_ms: float | None = None
+    raw_step_ms: float | None = None
+    busy_slots_per_decode: float | None = None
+    per_stream_tok_s: float | None = None
+    reset: bool = False
+    absent: tuple[str, ...] = ()
+    requests: int | None = None
+    deltas: dict[str, float | None] = field(default_factory=dict)
+    gauges_after: dict[str, float] = field(default_factory=dict)
+    extras: dict[str, float | None] = field(default_factory=dict)
+    sample_deltas: dict[str, float] = field(default_factory=dict)
+    notes: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready dict: the SCHEMA.md §3 keys, `deltas`, `notes` and the rest; NaN becomes None."""
+
+        def clean(value: Any) -> Any:
+            if isinstance(value, float) and not math.isfinite(value):
+                return None
+            if isinstance(value, dict):
+                return {k: clean(v) for k, v in value.items()}
+            if isinstance(value, (list, tuple)):
+                return [clean(v) for v in value]
+            return value
+
+        out: dict[str, Any] = {"dialect": self.dialect}
+        for name in FIGURES:
+            out[name] = getattr(self, name)
+        out.update(
+            reset=self.reset,
+            absent=list(self.absent),
+            requests=self.requests,
+            deltas=dict(self.deltas),
+            gauges_after=dict(self.gauges_after),
+            extras=dict(self.extras),
+            sample_deltas=dict(self.sample_deltas),
+            notes=list(self.notes),
+        )
+        return clean(out)
+
+
+
+def _resets(before: Sequence[Sample], after: Sequence[Sample], gauge_like: set[str]) -> list[str]:
+    """Reasons for a reset: counter samples that went backwards, counter `_created` stamps that changed."""
+    counter_kinds = {"counter", "histogram", "summary"}
+    after_by_key = {s.key: s for s in after}
+    reasons: list[str] = []
+    for s in before:
+        a = after_by_key.get(s.key)
+        if a is None or s.name in gauge_like or any(k == "quantile" for k, _ in s.labels):
+            continue
+        is_counter = s.kind in counter_kinds or (s.kind == "unknown" and s.name.endswith("_total"))
+        if s.name.endswith("_created"):
+            if a.value != s.value:
+                reasons.append(f"{s.key} changed {s.value:g} -> {a.value:g} (counter re-created)")
+        elif is_counter and a.value < s.value:
+            reasons.append(f"counter {s.key} went backwards: {s.value:g} -> {a.value:g}")
+    return reasons
+
+
+def diff(
+    before_text: str | Snapshot | Sequence[Sample],
+    after_text: str | Snapshot | Sequence[Sample],
+    dialect: str = "auto",
+    requests: int | None = None,
+    process_start_before: float | None = None,
+    process_start_after: float | None = None,
+    gauge_samples: Sequence[Mapping[str, float]] | None = None,
+) -> MetricsDelta:
+    """Difference two `/metrics` snapshots of one server and derive the SERVERS.md §5 figures.
+
+    `before_text`/`after_text` are exposition texts (or `Snapshot`s, whose `process_start` is used
+    when not given, or already parsed samples). A name missing before counts from 0; one missing after is `absent`. `requests`
+    is the number of requests completed in the level: llama.cpp needs it for `decode_step_ms`
+    (its step count divides by Δtokens_predicted − requests; llama.cpp has no completed-requests
+    counter, so without it the figure is None and the notes say so). `gauge_samples` are
+    `gauge_values` dicts taken during the level: SGLang's occupancy is their time average of
+    `num_running_reqs` (an extension of SCHEMA.md §3, optional).
+    """
+    if isinstance(before_text, Snapshot) and process_start_before is None:
+        process_start_before = before_text.process_start
+    if isinstance(after_text, Snapshot) and process_start_after is None:
+        process_start_after = after_text.process_start
+    before = as_samples(before_text, "before")
+    after = as_samples(after_text, "after")
+    dialect = resolve_dialect(dialect, after, before)
+    table = NAME_TABLES[dialect]
+    c = _canonical(table, before, after)
+    notes = list(c.notes)
+    deltas, gauges_after, absent = c.deltas, c.gauges_after, c.absent
+    if len(absent) == len(table):
+        notes.append(f"no {dialect} metric in the after snapshot: is this the right server (dialect)?")
+    result: dict[str, Any] = {"dialect": dialect, "absent": tuple(absent), "requests": requests}
+    reasons = _resets(before, after, c.gauge_like)
+    if process_start_before is not None and process_start_after is not None:
+        if float(process_start_before) != float(process_start_after):
+            reasons.insert(0, f"Process-Start-Time-Unix changed {process_start_before:g} -> "
+                              f"{process_start_after:g} (server restarted)")
+    if reasons:
+        shown = reasons[:5] + ([f"... and {len(reasons) - 5} more"] if len(reasons) > 5 else [])
+        notes = [f"RESET: {r}" for r in shown] + ["counters reset during the level: no figures; re-measure it"]
+        return MetricsDelta(reset=True, deltas=dict.fromkeys(deltas), gauges_after=gauges_after,
+                            notes=tuple(notes), **result)
+
+    if not before:
+        notes.append("the before snapshot has no samples: deltas are lifetime totals")
+    sample_deltas = _sample_deltas(before, after, c.gauge_like)
+    figures, extras, more_notes = derive_figures(dialect, deltas, c.values_before, c.values_after, requests,
+                                                  gauge_samples)
+    notes.extend(more_notes)
+    running = {"llamacpp": "requests_processing", "mlxcel": "requests_processing",
+               "vllm": "num_requests_running", "sglang": "num_running_reqs"}[dialect]
+    if gauges_after.get(running, 0) > 0:
+        notes.append(f"{running} = {gauges_after[running]:g} in the after snapshot: take it once every request "
+                     "has finished (tokens_predicted_* are added at completion)")
+    return MetricsDelta(deltas=deltas, gauges_after=gauges_after, extras=extras, sample_deltas=sample_deltas,
+                        notes=tuple(notes), **result, **figures)
+
+
+@dataclass
+class _Canonical:
+    """Each canonical name of a dialect resolved in the after snapshot (alias order), then read in both."""
+
+    deltas: dict[str, float | None] = field(default_factory=dict)
+    values_before: dict[str, float] = field(default_factory=dict)  # every kind: the busy-slots average needs n
+    values_after: dict[str, float] = field(default_factory=dict)
+    gauges_after: dict[str, float] = field(default_factory=dict)
+    absent: list[str] = field(default_factory=list)
+    gauge_like: set[str] = field(default_factory=set)
+    notes: list[str] = field(default_factory=list)
+
+
+def _canonical(table: Sequence[MetricName], before: Sequence[Sample], after: Sequence[Sample]) -> _Canonical:
+    out = _Canonical()
+    for spec in table:
+        server_name = present_name(spec, after)
+        if spec.kind == "gauge":
+            for n in spec.names:
+                out.gauge_like.update({n, base_name(n) + "_total"})
+        if server_name is None:
+            out.absent.append(spec.canonical)
+            if spec.kind != "gauge":
+                out.deltas.update(dict.fromkeys(spec_keys(spec)))
+            continue
+        if server_name != spec.names[0]:
+            out.notes.append(f"{spec.canonical}: read from the older name {server_name}")
+        a = values_for(spec, server_name, after)
+        b = values_for(spec, server_name, before)
+        out.values_after.update(a)
+        out.values_before.update(b)
+        if spec.kind == "gauge":
+            out.gauges_after.update(a)
+        else:
+            out.deltas.update({k: v - b.get(k, 0.0) for k, v in a.items()})
+    return out
+
+
+def _sample_deltas(before: Sequence[Sample], after: Sequence[Sample], gauge_like: set[str]) -> dict[str, float]:
+    """Δ of every counter-like sample (counters, histogram/summary parts), keyed `name{labels}`."""
+    old = {s.key: s.value for s in before}
+    out: dict[str, float] = {}
+    for s in after:
+        if s.name in gauge_like or s.name.endswith("_created"):
+            continue
+        if s.kind in {"counter", "histogram", "summary"} or (s.kind == "unknown" and s.name.endswith("_total")):
+            if s.kind == "summary" and dict(s.labels).get("quantile") is not None:
+                continue
+            out[s.key] = s.value - old.get(s.key, 0.0)
+    return out
+

@@ -1,0 +1,296 @@
+"""Client-side arithmetic of a run: the steady step, the decode-window split, and the run's row.
+
+Everything here is computed from a run folder's files alone (docs/SCHEMA.md §2 and §4), with no
+server: `steady_step` and `decode_window_decomposition` over the request records,
+`summarize_run(run_dir)` for one `runs.csv` row (client figures, counter figures from
+`perflib.metrics.diff` of the two scrapes, and the two above), and `level_rows` for the medians
+over repeats of each (batch, context).
+
+Definitions (docs/SCHEMA.md §4): the steady step is the median ITL while all N requests decode at
+once; the own-step share is (n − 1) × steady step / decode window; the prefill share is the part of
+the window that the union of the *other* requests' [start, first token] covers; the rest is "other".
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from perflib import metrics, rundir
+from perflib.intervals import covered_ns, union_intervals
+
+MIN_STEADY_SAMPLES = 8
+"""Fewest ITL samples inside the all-decoding span for a client steady step."""
+
+BURST_ITL_MS = 0.1
+"""An ITL below this is two chunks read back to back in one burst, not a decode step."""
+
+MAX_BURST_SHARE = 0.25
+"""Above this share of burst ITLs the client did not see the steps (starved reader or writer)."""
+
+
+# --------------------------------------------------------------------------------------------
+# steady step and decode-window decomposition
+
+
+@dataclass(frozen=True)
+class SteadyStep:
+    """Median ITL while all N requests decode at once; `step_ms` None with `reason` otherwise."""
+
+    step_ms: float | None
+    samples: int
+    span_start_ns: int | None
+    span_end_ns: int | None
+    reason: str | None = None
+    burst_share: float | None = None
+
+
+def steady_step(records: Sequence[Mapping[str, Any]], min_samples: int = MIN_STEADY_SAMPLES) -> SteadyStep:
+    """The client-side steady decode step of a level.
+
+    Span = [last request's first token, first request's last token]: every request of the level
+    is decoding. Samples = ITLs whose both chunk ends lie inside the span (from `chunk_ns`),
+    pooled over requests; the median of at least `min_samples` of them, else None with why.
+
+    When more than `MAX_BURST_SHARE` of the samples are under `BURST_ITL_MS`, the chunks reached
+    the client in bursts (the client, or the server's HTTP writer, was starved of CPU while the
+    steps ran), so their gaps say nothing about the step: None with that reason, never a
+    near-zero "step".
+    """
+    if not records:
+        return SteadyStep(None, 0, None, None, "no requests")
+    for rec in records:
+        if rec.get("first_token_ns") is None or rec.get("last_token_ns") is None:
+            return SteadyStep(None, 0, None, None,
+                              f"request {rec.get('request_id')} produced no token, so all "
+                              f"{len(records)} never decoded together")
+    span_start = max(int(r["first_token_ns"]) for r in records)
+    span_end = min(int(r["last_token_ns"]) for r in records)
+    if span_end <= span_start:
+        return SteadyStep(None, 0, span_start, span_end,
+                          "no span where all requests decode at once (a request finished before the last "
+                          "one produced its first token)")
+    samples: list[int] = []
+    for rec in records:
+        ts = rec.get("chunk_ns") or []
+        for a, b in zip(ts, ts[1:], strict=False):
+            if a >= span_start and b <= span_end:
+                samples.append(b - a)
+    if len(samples) < min_samples:
+        return SteadyStep(None, len(samples), span_start, span_end,
+                          f"only {len(samples)} ITL samples while all requests decode (need {min_samples})")
+    burst = sum(1 for x in samples if x < BURST_ITL_MS * 1e6) / len(samples)
+    if burst > MAX_BURST_SHARE:
+        return SteadyStep(None, len(samples), span_start, span_end,
+                          f"chunks arrived in bursts: {100 * burst:.0f}% of {len(samples)} ITL samples are under "
+                          f"{BURST_ITL_MS * 1000:.0f} us (client or server HTTP thread starved of CPU)", burst)
+    return SteadyStep(statistics.median(samples) / 1e6, len(samples), span_start, span_end, None, burst)
+
+
+@dataclass(frozen=True)
+class Decomposition:
+    """Each request's decode window split into own steps, others' prefill and the rest.
+
+    Shares are medians over the requests (each request's part / its window); `per_request`
+    holds `request_id, window_ms, own_ms, prefill_ms, other_ms`.
+    """
+
+    own_step_share: float | None
+    prefill_share: float | None
+    other_share: float | None
+    window_ms: float | None
+    per_request: list[dict[str, Any]]
+    reason: str | None = None
+
+
+def decode_window_decomposition(records: Sequence[Mapping[str, Any]], step_ms: float | None) -> Decomposition:
+    """docs/SCHEMA.md §4: own = (n − 1) × steady step; prefill = the window's overlap with the
+    union of the OTHER requests' [start, first token]; other = window − own − prefill (negative
+    when the own steps over-explain the window, which is reported, not clamped).
+
+    Requests without a decode window (no tokens, n ≤ 1) are skipped. The prefill intervals of the
+    others are taken from every request that reached its first token.
+    """
+    windows = [r for r in records
+               if r.get("first_token_ns") is not None and r.get("last_token_ns") is not None
+               and (r.get("completion_tokens") or 0) > 1 and r["last_token_ns"] > r["first_token_ns"]]
+    prefill_spans = {id(r): (int(r["start_ns"]), int(r["first_token_ns"]))
+                     for r in records if r.get("first_token_ns") is not None}
+    per_request: list[dict[str, Any]] = []
+    if not windows:
+        return Decomposition(None, None, None, None, [], "no request has a decode window")
+    for rec in windows:
+        lo, hi = int(rec["first_token_ns"]), int(rec["last_token_ns"])
+        spans = [span for key, span in prefill_spans.items() if key != id(rec)]
+        gs, ge, _ = union_intervals(np.array([a for a, _ in spans], dtype=np.int64),
+                                    np.array([b for _, b in spans], dtype=np.int64))
+        window_ns = hi - lo
+        prefill_ns = covered_ns(lo, hi, gs, ge)
+        own_ns = (int(rec["completion_tokens"]) - 1) * step_ms * 1e6 if step_ms is not None else None
+        per_request.append({
+            "request_id": rec.get("request_id"),
+            "window_ms": window_ns / 1e6,
+            "own_ms": own_ns / 1e6 if own_ns is not None else None,
+            "prefill_ms": prefill_ns / 1e6,
+            "other_ms": (window_ns - own_ns - prefill_ns) / 1e6 if own_ns is not None else None,
+        })
+    window_ms = statistics.median(p["window_ms"] for p in per_request)
+    prefill_share = statistics.median(p["prefill_ms"] / p["window_ms"] for p in per_request)
+    if step_ms is None:
+        return Decomposition(None, prefill_share, None, window_ms, per_request, "no steady step")
+    own_share = statistics.median(p["own_ms"] / p["window_ms"] for p in per_request)
+    other_share = statistics.median(p["other_ms"] / p["window_ms"] for p in per_request)
+    return Decomposition(own_share, prefill_share, other_share, window_ms, per_request, None)
+
+
+# --------------------------------------------------------------------------------------------
+# one run folder's row
+
+
+RUNS_COLUMNS = (
+    "campaign", "arm", "backend", "batch", "context", "repeat",
+    "status", "ok", "failed", "ttft_ms", "ttft_p95_ms", "decode_tok_s", "aggregate_tok_s",
+    "decode_step_ms", "raw_step_ms", "steady_step_ms", "occupancy", "prefill_chunks", "mixed_steps",
+    "decode_steps", "decode_tokens", "own_step_share", "prefill_share", "other_share", "window_ms",
+)
+"""`runs.csv` columns of docs/SCHEMA.md §4, in order."""
+
+EXTRA_COLUMNS = (
+    "decode_tokens_requested", "timings_step_ms", "steady_step_samples", "steady_step_burst_share",
+    "steady_step_reason",
+    "metrics_available", "metrics_absent", "errors",
+)
+"""Columns `summarize_run` adds after the SCHEMA ones (an extension, not a change)."""
+
+
+def nearest_rank(values: Sequence[float], p: float) -> float | None:
+    """Percentile by nearest rank, `sorted[round(p/100·(n−1))]` (mlxcel's harness)."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    return ordered[round(p / 100 * (len(ordered) - 1))]
+
+
+def _mean(values: Sequence[float]) -> float | None:
+    return statistics.fmean(values) if values else None
+
+
+def summarize_run(run_dir: Path | str) -> dict[str, Any]:
+    """One `runs.csv` row (docs/SCHEMA.md §4) from the run folder's files alone.
+
+    Client figures over the successful requests (`_client_figures`), the steady step and the
+    decode-window shares over the same requests, and counter figures from `perflib.metrics.diff` of
+    `metrics_before.txt` and `metrics_after.txt` (None when either is missing). Extra columns:
+    `EXTRA_COLUMNS`. Only successes enter the statistics (LOADGEN §1); a failed request leaves the
+    level incomplete.
+    """
+    run_dir = Path(run_dir)
+    manifest = rundir.read_manifest(run_dir)
+    records = rundir.read_jsonl(run_dir / rundir.REQUESTS)
+    ok = [r for r in records if r.get("ok")]
+    row: dict[str, Any] = {name: None for name in (*RUNS_COLUMNS, *EXTRA_COLUMNS)}
+    row.update({key: manifest.get(key) for key in ("campaign", "arm", "backend", "batch", "context", "repeat",
+                                                      "status")})
+    row["decode_tokens_requested"] = manifest.get("decode_tokens")
+    row["errors"] = list(manifest.get("errors") or [])
+    row["ok"] = len(ok)
+    row["failed"] = len(records) - len(ok) + max(0, int(manifest.get("batch") or 0) - len(records))
+    row.update(_client_figures(ok))
+    steady = steady_step(ok)
+    row.update(steady_step_ms=steady.step_ms, steady_step_samples=steady.samples,
+               steady_step_burst_share=steady.burst_share, steady_step_reason=steady.reason)
+    parts = decode_window_decomposition(ok, steady.step_ms)
+    row.update(own_step_share=parts.own_step_share, prefill_share=parts.prefill_share,
+               other_share=parts.other_share, window_ms=parts.window_ms)
+    row.update(_counter_figures(run_dir, manifest, records))
+    return row
+
+
+def _client_figures(ok: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """`ttft_ms` mean and `ttft_p95_ms` nearest-rank (mlxcel's harness), `decode_tok_s` mean of the
+    per-request rates, `aggregate_tok_s` = Σ completion tokens / (last stream close − first start),
+    and `timings_step_ms` = Σ `predicted_ms` / Σ (`predicted_n` − 1) over the requests' `timings`: the
+    counter formula from the responses, which corrects `predicted_per_token_ms` for dividing n − 1
+    intervals by n."""
+    ttfts = [r["ttft_ms"] for r in ok if r.get("ttft_ms") is not None]
+    rates = [r["decode_tok_s"] for r in ok if r.get("decode_tok_s") is not None]
+    out: dict[str, Any] = {"ttft_ms": _mean(ttfts), "ttft_p95_ms": nearest_rank(ttfts, 95),
+                           "decode_tok_s": _mean(rates), "aggregate_tok_s": None}
+    ends = [r["end_ns"] for r in ok if r.get("end_ns") is not None]
+    if ok and ends:
+        span_ns = max(ends) - min(r["start_ns"] for r in ok)
+        tokens = sum(r.get("completion_tokens") or 0 for r in ok)
+        out["aggregate_tok_s"] = tokens * 1e9 / span_ns if span_ns > 0 else None
+    predicted_ms = predicted_steps = 0.0
+    for r in ok:
+        t = r.get("timings") or {}
+        n, ms = t.get("predicted_n"), t.get("predicted_ms")
+        if isinstance(n, int | float) and isinstance(ms, int | float) and n > 1:
+            predicted_ms += ms
+            predicted_steps += n - 1
+    out["timings_step_ms"] = predicted_ms / predicted_steps if predicted_steps else None
+    return out
+
+
+def _counter_figures(run_dir: Path, manifest: Mapping[str, Any], records: Sequence[Mapping[str, Any]]
+                     ) -> dict[str, Any]:
+    before = run_dir / rundir.METRICS_BEFORE
+    after = run_dir / rundir.METRICS_AFTER
+    out: dict[str, Any] = {"metrics_available": False, "metrics_absent": None}
+    if not (before.is_file() and after.is_file()):
+        return out
+    info = manifest.get("metrics") or {}
+    finished = sum(1 for r in records if r.get("completion_tokens") is not None)
+    gauges = [s["gauges"] for s in rundir.read_jsonl(run_dir / rundir.GAUGES) if s.get("gauges")]
+    delta = metrics.diff(before.read_text(), after.read_text(), dialect=(info.get("dialect") or "auto"),
+                         requests=finished, process_start_before=info.get("process_start_before"),
+                         process_start_after=info.get("process_start_after"), gauge_samples=gauges).to_dict()
+    out["metrics_available"] = True
+    absent = list(delta.get("absent") or [])
+    for key in ("decode_step_ms", "raw_step_ms", "occupancy", "prefill_chunks", "mixed_steps", "decode_steps",
+                "decode_tokens"):
+        out[key] = delta.get(key)
+    # A counter the dialect has no name for (llama.cpp: prefill chunks, mixed steps) is absent too.
+    absent += [key for key in ("prefill_chunks", "mixed_steps") if out[key] is None and key not in absent]
+    out["metrics_absent"] = absent
+    return out
+
+
+
+LEVEL_FIGURES = (
+    "ok", "failed", "ttft_ms", "decode_tok_s", "aggregate_tok_s", "decode_step_ms", "steady_step_ms", "occupancy",
+    "prefill_chunks", "own_step_share", "raw_step_ms", "timings_step_ms", "prefill_share", "other_share",
+    "window_ms", "ttft_p95_ms", "mixed_steps", "decode_steps", "decode_tokens",
+)
+"""Figures that `level_rows` folds over repeats (median, min and max)."""
+
+def level_rows(summaries: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """One row per (batch, context): each figure's median over repeats with its min and max.
+
+    Keys per figure `f`: `f` (median), `f_min`, `f_max` (None where no repeat has it), plus
+    `repeats`, `complete` (repeats whose run is complete), `counters` (`ok` or `no /metrics`)
+    and `prefill_chunks_absent` (the server has no such counter).
+    """
+    groups: dict[tuple[int, int], list[Mapping[str, Any]]] = {}
+    for s in summaries:
+        groups.setdefault((s["batch"], s["context"]), []).append(s)
+    rows = []
+    for (batch, context), runs in sorted(groups.items()):
+        row: dict[str, Any] = {"batch": batch, "context": context, "repeats": len(runs),
+                               "complete": sum(1 for s in runs if s.get("status") == rundir.COMPLETE)}
+        for key in LEVEL_FIGURES:
+            values = [s[key] for s in runs if s.get(key) is not None]
+            row[key] = statistics.median(values) if values else None
+            row[f"{key}_min"] = min(values) if values else None
+            row[f"{key}_max"] = max(values) if values else None
+        row["counters"] = "ok" if any(s.get("metrics_available") for s in runs) else "no /metrics"
+        row["prefill_chunks_absent"] = any("prefill_chunks" in (s.get("metrics_absent") or []) for s in runs)
+        rows.append(row)
+    return rows
+
+

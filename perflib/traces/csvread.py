@@ -1,0 +1,159 @@
+"""CSV profiler tables read with pyarrow: the header, typed columns, and errors with line and column.
+
+Shared by the rocprofv3 CSV reader and the legacy rocprof reader. Parsing is pyarrow's
+multi-threaded CSV reader with typed columns; Python only looks at the file row by row when pyarrow
+refuses it, to name the line and column in the error.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import re
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from perflib.errors import InputError
+from perflib.traces import files
+
+_AGENT_NUMBER = re.compile(r"(-?\d+)\s*$")
+
+
+def header_of(path: Path) -> list[str]:
+    """The header row as written (quotes removed), from the first line of the file."""
+    head = files.read_head(path)
+    text = head.decode("utf-8", errors="replace")
+    first = text.splitlines()[0] if text else ""
+    if not first.strip():
+        raise InputError(path, "line 1", "a CSV header line", "an empty file" if not text else "a blank line")
+    return next(csv.reader([first]))
+
+
+def columns(path: Path, header: list[str], kind: str, required: Sequence[str] = ()) -> dict[str, str]:
+    """Map lower-case canonical header names to the names as written; check the `required` ones."""
+    names = {h.strip().lower(): h for h in header}
+    missing = [c for c in required if c not in names]
+    if missing:
+        raise InputError(
+            path,
+            "line 1",
+            f"a {kind} header with column(s) {', '.join(missing)} (case-insensitive)",
+            ",".join(header),
+        )
+    return names
+
+
+# --- pyarrow read, with a Python fallback that names the line and column ---------------------------
+
+
+def locate_error(path: Path, header: list[str], int_columns: set[str], arrow_message: str) -> InputError:
+    """Scan the file with the csv module to find the first row pyarrow refused."""
+    text = files.read_bytes(path).decode("utf-8", errors="replace")
+    ends_with_newline = text.endswith("\n")
+    lower = [h.strip().lower() for h in header]
+    int_idx = [i for i, h in enumerate(lower) if h in int_columns]
+    reader = csv.reader(io.StringIO(text))
+    try:
+        next(reader)
+        last_line = text.count("\n") + (0 if ends_with_newline else 1)
+        for row in reader:
+            line = reader.line_num
+            if not row:
+                continue
+            if len(row) != len(header):
+                cut = (not ends_with_newline) and line >= last_line
+                return InputError(
+                    path,
+                    f"line {line}",
+                    f"{len(header)} columns as in the header",
+                    f"{len(row)}" + (" (the file ends mid-row: truncated?)" if cut else ""),
+                )
+            for i in int_idx:
+                value = row[i].strip()
+                try:
+                    int(value)
+                except ValueError:
+                    return InputError(
+                        path, f"line {line}, column {header[i]}", "an integer (ns or id)", repr(row[i])
+                    )
+    except csv.Error as exc:
+        return InputError(path, f"line {reader.line_num}", "well-formed CSV", str(exc))
+    return InputError(path, None, "CSV that pyarrow can parse", arrow_message)
+
+
+def read_arrow(path: Path, header: list[str], types: dict[str, Any], int_columns: set[str]) -> Any:
+    """pyarrow table of the columns in `types` (keys are names as written)."""
+    import pyarrow as pa
+    import pyarrow.csv as pacsv
+
+    source: Any = str(path)
+    with open(path, "rb") as fh:
+        magic = fh.read(2)
+    if magic == files.GZIP_MAGIC or files.is_gzip_name(path):
+        source = io.BytesIO(files.read_bytes(path))
+    try:
+        return pacsv.read_csv(
+            source,
+            read_options=pacsv.ReadOptions(block_size=1 << 24),
+            convert_options=pacsv.ConvertOptions(
+                include_columns=list(types),
+                column_types=types,
+                strings_can_be_null=False,
+                quoted_strings_can_be_null=False,
+            ),
+        )
+    except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
+        raise locate_error(path, header, int_columns, str(exc)) from exc
+
+
+def int_column(table: Any, name: str | None, n: int, path: Path, required: bool = False) -> np.ndarray:
+    import pyarrow.compute as pc
+
+    if name is None:
+        return np.full(n, -1, dtype=np.int64)
+    col = table.column(name)
+    if col.null_count:
+        if required:
+            first = int(np.flatnonzero(pc.is_null(col).to_numpy(zero_copy_only=False))[0])
+            raise InputError(
+                path, f"line {first + 2}, column {name}", "an integer timestamp (ns)", "an empty cell"
+            )
+        col = pc.fill_null(col, -1)
+    return col.to_numpy().astype(np.int64, copy=False)
+
+
+def agent_column(table: Any, name: str | None, n: int) -> np.ndarray:
+    """Agent ids as written (`4`, `"Agent 4"`, `"GPU 3"`, empty) to int64 (-1 unknown).
+
+    The column is read dictionary-encoded, so only the distinct values go through Python.
+    """
+    if name is None:
+        return np.full(n, -1, dtype=np.int64)
+    parts = []
+    for chunk in table.column(name).chunks:
+        values = chunk.dictionary.to_pylist()
+        lookup = np.array([agent_number(v) for v in values] + [-1], dtype=np.int64)
+        idx = chunk.indices.fill_null(len(values)).to_numpy()
+        parts.append(lookup[idx])
+    return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
+
+
+def agent_number(value: str | None) -> int:
+    if value is None:
+        return -1
+    match = _AGENT_NUMBER.search(value)
+    return int(match.group(1)) if match else -1
+
+
+def string_column(table: Any, name: str) -> pd.Series:
+    return table.column(name).to_pandas().astype("str")
+
+
+def line_label(i: int) -> str:
+    return f"line {i + 2}"
+
+

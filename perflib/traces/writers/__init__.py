@@ -1,0 +1,45 @@
+"""A canonical dispatch table written out in the profilers' own formats, so that every reader can be
+checked against the same dispatches (and benchmarks get large, realistic inputs). All vectorised:
+a million rows take seconds.
+
+- `rocprof_csv`: rocprofv3 `kernel_trace.csv` (header versions A-E) and `memory_copy_trace.csv`.
+- `rocprof_json`: rocprofv3 `--output-format json`.
+- `rocpd`: rocpd SQLite.
+- `kineto`: PyTorch profiler (Kineto) JSON.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+
+from perflib.traces import schema
+from perflib.traces.writers.common import GUID, HOST_AGENT
+from perflib.traces.writers.kineto import write_kineto_json
+from perflib.traces.writers.rocpd import write_rocpd
+from perflib.traces.writers.rocprof_csv import (
+    KERNEL_HEADERS,
+    write_kernel_trace_csv,
+    write_memory_copy_trace_csv,
+)
+from perflib.traces.writers.rocprof_json import write_rocprof_json
+
+__all__ = ["GUID", "HOST_AGENT", "KERNEL_HEADERS", "write_all", "write_kernel_trace_csv", "write_kineto_json",
+           "write_memory_copy_trace_csv", "write_rocpd", "write_rocprof_json"]
+
+
+def write_all(dispatches: pd.DataFrame, directory: str | Path) -> dict[str, Path]:
+    """Every format at once (for cross-checks): returns {format label: path}."""
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    schema.validate(dispatches, schema.DISPATCH_COLUMNS)
+    out = {
+        f"csv-{v}": write_kernel_trace_csv(dispatches, directory / f"v{v}_kernel_trace.csv", v)
+        for v in KERNEL_HEADERS
+    }
+    out["csv-copy"] = write_memory_copy_trace_csv(dispatches, directory / "x_memory_copy_trace.csv")
+    out["json"] = write_rocprof_json(dispatches, directory / "x_results.json")
+    out["rocpd"] = write_rocpd(dispatches, directory / "x_results.db")
+    out["kineto"] = write_kineto_json(dispatches, directory / "x_kineto.json")
+    return out

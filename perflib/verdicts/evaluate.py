@@ -1,0 +1,228 @@
+"""Verdicts: each candidate decided by its measurement at every scope it applies to, and the gates.
+
+A candidate names a measurement and two thresholds; its verdict is confirmed, ruled out,
+inconclusive or not measured, always printed with the number and the threshold that decided it.
+"""
+
+from __future__ import annotations
+
+import difflib
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import pandas as pd
+
+from perflib.classes import builtin_class_names, load_class_file
+from perflib.config import Campaign, CandidateSpec, GateSpec, parse_threshold
+from perflib.derive import DerivedTables
+from perflib.errors import InputError
+from perflib.verdicts.measures import MEASUREMENTS, Scope, change_pct, higher_is_better
+
+CONFIRMED, RULED_OUT, INCONCLUSIVE, NOT_MEASURED = "confirmed", "ruled out", "inconclusive", "not measured"
+OUTCOMES = (CONFIRMED, RULED_OUT, INCONCLUSIVE, NOT_MEASURED)
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """One candidate at one scope: outcome, value, the sentence and the threshold that decided it."""
+
+    candidate: str
+    question: str
+    label: str
+    measure: str
+    scope: str
+    outcome: str
+    value: float | None
+    text: str
+    threshold: str
+    why: str = ""
+
+    @property
+    def evidence(self) -> str:
+        """The number and the threshold, e.g. 'host gaps 3.1 of 65.9 ms per step (4.7%): ruled out (< 15%)'."""
+        if self.outcome == NOT_MEASURED:
+            return f"not measured ({self.why})"
+        return f"{self.text}: {self.outcome} ({self.threshold})"
+
+    @property
+    def line(self) -> str:
+        return f"{self.label}: {self.evidence}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"candidate": self.candidate, "label": self.label, "scope": self.scope, "measure": self.measure,
+                "outcome": self.outcome, "value": self.value, "text": self.text, "threshold": self.threshold,
+                "why": self.why, "evidence": self.evidence, "line": self.line}
+
+
+def decide(value: float | None, confirmed: str, ruled_out: str, unit: str) -> tuple[str, str]:
+    """(outcome, threshold text) for a value; confirmed is checked first."""
+    conf, rule = parse_threshold(confirmed), parse_threshold(ruled_out)
+    if value is None:
+        return NOT_MEASURED, ""
+    if conf.holds(value, unit):
+        return CONFIRMED, conf.text
+    if rule.holds(value, unit):
+        return RULED_OUT, rule.text
+    return INCONCLUSIVE, f"ruled out {rule.text}, confirmed {conf.text}"
+
+
+@dataclass(frozen=True)
+class Context:
+    """What a campaign contributes to evaluation: its arms, backends, batches, contexts and facts."""
+
+    arms: tuple[str, ...]
+    backends: tuple[str, ...]
+    batches: tuple[int, ...]
+    contexts: tuple[int, ...]
+    weight_bytes: int | None = None
+    kv_bytes_per_token: int | None = None
+    bandwidth: dict[str, float | None] = field(default_factory=dict)
+    profilers: dict[str, str] = field(default_factory=dict)
+    trace_notes: dict[str, str] = field(default_factory=dict)  # arm -> why it has no trace
+    known_classes: frozenset[str] | None = None
+    no_requests: dict[str, str] = field(default_factory=dict)  # backend -> why it has no request records
+
+    @classmethod
+    def of(cls, campaign: Campaign) -> Context:
+        no_requests = {b.name: f"trace-only backend {b.name}: no server, no /metrics and no request records"
+                       for b in campaign.backends if b.trace_only}
+        return cls(arms=tuple(a.name for a in campaign.compared_arms),
+                   backends=tuple(b.name for b in campaign.backends),
+                   trace_notes={a.name: a.trace_note for a in campaign.arms if a.trace_note},
+                   no_requests=no_requests,
+                   batches=tuple(sorted(campaign.batches)), contexts=tuple(sorted(campaign.contexts)),
+                   weight_bytes=campaign.model.weight_bytes, kv_bytes_per_token=campaign.model.kv_bytes_per_token,
+                   bandwidth={b.name: b.peak_bandwidth_gbs for b in campaign.backends},
+                   profilers={b.name: b.profiler.kind for b in campaign.backends},
+                   known_classes=_known_classes(campaign))
+
+
+def _known_classes(campaign: Campaign) -> frozenset[str]:
+    """The shipped tables' classes plus those of the campaign's own class files."""
+    names = set(builtin_class_names())
+    for backend in campaign.backends:
+        file = campaign.class_file(backend)
+        if file is not None and file.is_file():  # a missing file is reported by derive, per run
+            names |= {r.kernel_class for r in load_class_file(file).rules}
+    return frozenset(names)
+
+
+def scopes(candidate: CandidateSpec, ctx: Context) -> list[Scope]:
+    """Every scope a candidate applies to: unspecified arm, backend and context expand; the batch
+    defaults to the campaign's largest (the batch-B window)."""
+    measure = candidate.measure
+    if measure == "change_pct":
+        baseline = candidate.baseline or ctx.arms[0]
+        arms = [candidate.arm] if candidate.arm else [a for a in ctx.arms if a != baseline] or [None]
+    else:
+        baseline = candidate.baseline
+        arms = [candidate.arm] if candidate.arm else list(ctx.arms)
+    backends = [candidate.backend] if candidate.backend else list(ctx.backends)
+    contexts = [candidate.context] if candidate.context else list(ctx.contexts)
+    batch = candidate.batch or (max(ctx.batches) if ctx.batches else None)
+    out = []
+    for arm in arms:
+        for backend in backends:
+            for context in contexts:
+                out.append(Scope(arm=arm, backend=backend, batch=batch, context=context, classes=candidate.classes,
+                                 column=candidate.column, baseline=baseline if measure == "change_pct" else None,
+                                 weight_bytes=ctx.weight_bytes, kv_bytes_per_token=ctx.kv_bytes_per_token,
+                                 peak_bandwidth_gbs=ctx.bandwidth.get(backend), profiler=ctx.profilers.get(backend),
+                                 trace_note=ctx.trace_notes.get(arm) if arm else None,
+                                 known_classes=ctx.known_classes,
+                                 no_requests=ctx.no_requests.get(backend)))
+    return out
+
+
+def evaluate_candidate(candidate: CandidateSpec, tables: DerivedTables, ctx: Context) -> list[Verdict]:
+    """Verdicts of one candidate, one per scope; a fallback measurement decides where the main
+    one could not be measured."""
+    verdicts = []
+    for scope in scopes(candidate, ctx):
+        verdicts.append(_evaluate_at(candidate, tables, scope))
+    return verdicts
+
+
+def _evaluate_at(candidate: CandidateSpec, tables: DerivedTables, scope: Scope) -> Verdict:
+    label = candidate.label or candidate.id
+    whys = []
+    for spec in (candidate, *candidate.fallback):  # a fallback keeps the thresholds it does not give
+        meas = MEASUREMENTS[spec.measure]
+        here = replace(scope, classes=spec.classes or scope.classes, column=spec.column or scope.column,
+                       batch=spec.batch or scope.batch, context=spec.context or scope.context)
+        result = meas.func(tables, here)
+        if result.value is None:
+            whys.append(result.why)
+            continue
+        outcome, threshold = decide(result.value, spec.confirmed or candidate.confirmed,
+                                    spec.ruled_out or candidate.ruled_out, meas.unit)
+        return Verdict(candidate.id, candidate.question, label, spec.measure, scope.describe(), outcome,
+                       result.value, result.text, threshold)
+    return Verdict(candidate.id, candidate.question, label, candidate.measure, scope.describe(), NOT_MEASURED,
+                   None, "", "", "; ".join(dict.fromkeys(w for w in whys if w)))
+
+
+def evaluate(candidates: Any, tables: DerivedTables, ctx: Context) -> list[Verdict]:
+    """Verdicts of all candidates, in the campaign's order."""
+    out: list[Verdict] = []
+    for cand in candidates:
+        out.extend(evaluate_candidate(cand, tables, ctx))
+    return out
+
+
+def verdict_table(verdicts: list[Verdict]) -> pd.DataFrame:
+    """One row per verdict: candidate, scope, outcome, the measurement sentence, the threshold."""
+    cols = ["candidate", "label", "scope", "measure", "outcome", "value", "text", "threshold", "why", "evidence", "line"]
+    return pd.DataFrame([v.to_dict() for v in verdicts], columns=cols)
+
+
+# ----------------------------------------------------------------------------------- the gate
+
+
+@dataclass(frozen=True)
+class GateResult:
+    gate: str
+    passed: bool | None
+    change_pct: float | None
+    text: str
+
+    @property
+    def line(self) -> str:
+        state = {True: "pass", False: "FAIL", None: "not measured"}[self.passed]
+        return f"{self.gate}: {self.text}: {state}"
+
+
+def evaluate_gate(gate: GateSpec, tables: DerivedTables, ctx: Context) -> list[GateResult]:
+    """Regression gate per backend (and context): the arm's change against the baseline arm must
+    not be worse than `max_regression_pct` (worse = lower tok/s, higher ms)."""
+    baseline = gate.baseline or ctx.arms[0]
+    arm = gate.arm or (ctx.arms[-1] if len(ctx.arms) > 1 else None)
+    name = f"{gate.measure} at batch {gate.batch}, regression at most {gate.max_regression_pct:g}%"
+    contexts = [gate.context] if gate.context else list(ctx.contexts)
+    results = []
+    for backend in ctx.backends:
+        for context in contexts:
+            scope = Scope(arm=arm, backend=backend, batch=gate.batch, context=context, column=gate.measure,
+                          baseline=baseline, no_requests=ctx.no_requests.get(backend))
+            measured = change_pct(tables, scope)
+            where = f"{name} ({backend}, context {context})"
+            if measured.value is None:
+                results.append(GateResult(where, None, None, f"not measured ({measured.why})"))
+                continue
+            regression = -measured.value if higher_is_better(gate.measure) else measured.value
+            results.append(GateResult(where, regression <= gate.max_regression_pct, measured.value,
+                                      f"{measured.text}, regression {regression:.1f}%"))
+    return results
+
+
+def check_campaign(campaign: Campaign) -> None:
+    """What the campaign file alone cannot decide: every candidate (and fallback) names a registered
+    measurement; an `InputError` names the key and its line, with the nearest name for a typo."""
+    for cand, source in zip(campaign.candidates, campaign.candidate_sources, strict=True):
+        for j, spec in enumerate((cand, *cand.fallback)):
+            if spec.measure not in MEASUREMENTS:
+                close = difflib.get_close_matches(spec.measure, list(MEASUREMENTS), n=1)
+                hint = f" (did you mean {close[0]!r}?)" if close else ""
+                key_path = "measure" if j == 0 else f"fallback[{j - 1}].measure"
+                raise InputError(source.file, source.where(key_path),
+                                 f"a measurement, one of {', '.join(sorted(MEASUREMENTS))}", f"{spec.measure!r}{hint}")

@@ -1,0 +1,425 @@
+"""Measurements: named functions over the derived tables, each giving a number and its sentence.
+
+A measurement is registered with `@measurement("name", unit=...)`; it takes the derived tables and
+a `Scope` (arm, backend, batch, context, kernel classes, ...) and returns a `Measured`: a value, the
+sentence that states it with units ("host gaps 6.7 of 57.0 ms per step (11.7%)"), or `None` with
+the reason it could not be measured. Campaign files name them in `candidates[].measure`.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import Any
+
+import pandas as pd
+
+from perflib.classes import OTHER
+from perflib.derive import DerivedTables
+
+
+@dataclass(frozen=True)
+class Scope:
+    """Where a measurement applies, and the campaign facts some measurements need."""
+
+    arm: str | None = None
+    backend: str | None = None
+    batch: int | None = None
+    context: int | None = None
+    classes: tuple[str, ...] = ()
+    column: str | None = None
+    baseline: str | None = None
+    weight_bytes: int | None = None
+    kv_bytes_per_token: int | None = None
+    peak_bandwidth_gbs: float | None = None
+    profiler: str | None = None
+    trace_note: str | None = None  # why this arm has no trace (a traced arm whose capture was lost)
+    known_classes: frozenset[str] | None = None  # classes the class tables can give (None: unchecked)
+    no_requests: str | None = None  # why this backend has no request records (a trace-only backend)
+
+    def describe(self) -> str:
+        parts = [f"{k} {v}" for k, v in (("arm", self.arm), ("backend", self.backend), ("batch", self.batch),
+                                          ("context", self.context)) if v is not None]
+        return ", ".join(parts)
+
+
+@dataclass(frozen=True)
+class Measured:
+    """A measured value and its sentence, or value None with `why` it was not measured."""
+
+    value: float | None
+    text: str
+    why: str = ""
+
+
+@dataclass(frozen=True)
+class Measurement:
+    name: str
+    func: Callable[[DerivedTables, Scope], Measured]
+    unit: str  # "fraction" (a share; thresholds in % are divided by 100), "ratio", "ms", "pct", "count"
+    doc: str
+
+
+MEASUREMENTS: dict[str, Measurement] = {}
+
+
+def measurement(name: str, unit: str = "ratio") -> Callable:
+    """Register a measurement under `name` (campaign files refer to it by that name)."""
+
+    def register(func: Callable[[DerivedTables, Scope], Measured]) -> Callable:
+        MEASUREMENTS[name] = Measurement(name, func, unit, (func.__doc__ or "").strip().splitlines()[0])
+        return func
+
+    return register
+
+
+# ---------------------------------------------------------------------------------------- helpers
+
+
+def _num(value: Any) -> float | None:
+    try:
+        value = float(value)
+    except (TypeError, ValueError):
+        return None
+    return None if math.isnan(value) else value
+
+
+def _select(frame: pd.DataFrame, scope: Scope, batch: int | None = None, arm: str | None = None) -> pd.DataFrame:
+    if frame is None or not len(frame):
+        return frame.iloc[0:0] if frame is not None else pd.DataFrame()
+    mask = pd.Series(True, index=frame.index)
+    for key, value in (("arm", arm or scope.arm), ("backend", scope.backend), ("context", scope.context),
+                       ("batch", batch if batch is not None else scope.batch)):
+        if value is not None and key in frame.columns:
+            mask &= frame[key].astype(str) == str(value)
+    if "status" in frame.columns:
+        mask &= frame["status"].astype(str) == "complete"
+    return frame[mask]
+
+
+def _median(frame: pd.DataFrame, column: str) -> tuple[float | None, int]:
+    if frame is None or column not in frame.columns:
+        return None, 0
+    values = pd.to_numeric(frame[column], errors="coerce").dropna()
+    if not len(values):
+        return None, 0
+    return float(values.median()), int(len(values))
+
+
+def _where(scope: Scope, batch: int | None = None) -> str:
+    return replace(scope, batch=batch if batch is not None else scope.batch).describe()
+
+
+def _no_runs(scope: Scope, batch: int | None = None) -> Measured:
+    if scope.no_requests:
+        return Measured(None, "", scope.no_requests)
+    return Measured(None, "", f"no complete run at {_where(scope, batch)}")
+
+
+def _no_trace(tables: DerivedTables, scope: Scope, batch: int | None = None) -> Measured:
+    sel = _select(tables.trace_runs, scope, batch)
+    if sel is not None and len(sel):
+        return Measured(None, "", f"no usable trace rows at {_where(scope, batch)}")
+    if scope.trace_note:
+        return Measured(None, "", scope.trace_note)
+    if scope.profiler in (None, "none"):
+        return Measured(None, "", f"no kernel trace for backend {scope.backend} (profiler: none)")
+    return Measured(None, "", f"no kernel trace at {_where(scope, batch)}")
+
+
+def _step_of(tables: DerivedTables, scope: Scope, batch: int) -> tuple[float | None, int]:
+    return _median(_select(tables.runs, scope, batch), "decode_step_ms")
+
+
+def _trace_row(tables: DerivedTables, scope: Scope, batch: int | None = None) -> dict[str, float | None] | None:
+    """Medians over repeats of the trace_runs columns at the scope, or None."""
+    sel = _select(tables.trace_runs, scope, batch)
+    if sel is None or not len(sel):
+        return None
+    out = {}
+    for col in ("window_ms", "busy_ms", "gap_ms", "steps", "busy_ms_per_step", "gap_ms_per_step", "dispatches"):
+        out[col] = _median(sel, col)[0]
+    out["n"] = len(sel)
+    return out
+
+
+def _class_sum(tables: DerivedTables, scope: Scope, batch: int | None = None) -> dict[str, float] | None:
+    """Per-repeat sums over `scope.classes` of time_ms, count and ms_per_step, then medians."""
+    runs = _select(tables.trace_runs, scope, batch)
+    if runs is None or not len(runs):
+        return None
+    cls = _select(tables.classes, scope, batch)
+    wanted = set(scope.classes)
+    sums = []
+    for _, run in runs.iterrows():
+        rows = cls[(cls["arm"].astype(str) == str(run["arm"])) & (cls["backend"].astype(str) == str(run["backend"]))
+                   & (cls["batch"].astype(str) == str(run["batch"])) & (cls["context"].astype(str) == str(run["context"]))
+                   & (cls["repeat"].astype(str) == str(run["repeat"]))] if len(cls) else cls
+        mine = rows[rows["kernel_class"].astype(str).isin(wanted)] if len(rows) else rows
+        time_ms = float(pd.to_numeric(mine["time_ms"], errors="coerce").fillna(0).sum()) if len(mine) else 0.0
+        count = float(pd.to_numeric(mine["count"], errors="coerce").fillna(0).sum()) if len(mine) else 0.0
+        steps = _num(run.get("steps"))
+        sums.append({"time_ms": time_ms, "count": count, "window_ms": _num(run.get("window_ms")),
+                     "ms_per_step": time_ms / steps if steps else None, "steps": steps})
+    frame = pd.DataFrame(sums)
+    return {col: _median(frame, col)[0] for col in frame.columns}
+
+
+UNCLASSIFIED_MAX = 0.01
+"""Above this share of kernel time in class `other`, a named class that no trace has is "not measured"."""
+
+
+def _unknown_classes(tables: DerivedTables, scope: Scope) -> Measured | None:
+    """"Not measured" when no trace of the scope (any batch) has a kernel of the named classes and either
+    no class table knows them or the traces hold unclassified (`other`) kernel time that could be them.
+
+    A typo or a class the backend's table lacks would otherwise sum to 0 ms and read as ruled out. Where
+    the classes are real and (nearly) every kernel is classified, they are truly absent: 0 ms is a
+    measurement (llama.cpp's batch-8 decode runs no GEMM, for example).
+    """
+    cls = _select(tables.classes, replace(scope, batch=None))
+    seen = set(cls["kernel_class"].astype(str)) if cls is not None and len(cls) else set()
+    if not seen or seen & set(scope.classes):
+        return None
+    if scope.known_classes is not None and not set(scope.classes) & scope.known_classes:
+        return Measured(None, "", f"no class table has class {_classes_label(scope)} (classes seen in the traces "
+                                  f"at {_where(scope)}: {', '.join(sorted(seen))})")
+    time_ms = pd.to_numeric(cls["time_ms"], errors="coerce").fillna(0)
+    total = float(time_ms.sum())
+    other = float(time_ms[cls["kernel_class"].astype(str) == OTHER].sum())
+    if total > 0 and other / total <= UNCLASSIFIED_MAX:
+        return None
+    unclassified = f"; {_pct(other / total)} of kernel time is unclassified" if total > 0 else ""
+    return Measured(None, "", f"no kernel of class {_classes_label(scope)} in the traces at {_where(scope)} "
+                              f"(classes seen: {', '.join(sorted(seen))}{unclassified})")
+
+
+def _named_classes(func: Callable[[DerivedTables, Scope], Measured]) -> Callable[[DerivedTables, Scope], Measured]:
+    """For a class measurement: "not measured" first where no trace has any of the named classes."""
+
+    @functools.wraps(func)
+    def measured(tables: DerivedTables, scope: Scope) -> Measured:
+        return _unknown_classes(tables, scope) or func(tables, scope)
+
+    return measured
+
+
+def _classes_label(scope: Scope) -> str:
+    return "+".join(scope.classes) or "(no class named)"
+
+
+def _pct(x: float) -> str:
+    return f"{100 * x:.1f}%"
+
+
+# ----------------------------------------------------------------------------------- measurements
+
+
+@measurement("step_ratio", unit="ratio")
+def step_ratio(tables: DerivedTables, scope: Scope) -> Measured:
+    """Decode step ms at batch B over batch 1 (same arm, backend, context)."""
+    batch = scope.batch
+    step_b, n_b = _step_of(tables, scope, batch)
+    step_1, n_1 = _step_of(tables, scope, 1)
+    if step_b is None:
+        return _no_runs(scope, batch)
+    if step_1 is None:
+        return _no_runs(scope, 1)
+    value = step_b / step_1
+    return Measured(value, f"decode step {step_b:.1f} ms at batch {batch} over {step_1:.1f} ms at batch 1 "
+                           f"(medians of {n_b} and {n_1}): {value:.2f}x")
+
+
+@measurement("step_scaling", unit="ratio")
+def step_scaling(tables: DerivedTables, scope: Scope) -> Measured:
+    """Step ratio batch B over batch 1, divided by B (1.0 = the step grows like the batch)."""
+    base = step_ratio(tables, scope)
+    if base.value is None or not scope.batch:
+        return base
+    value = base.value / scope.batch
+    return Measured(value, f"{base.text} for a {scope.batch}x batch ({value:.2f} of linear)")
+
+
+@measurement("own_step_share", unit="fraction")
+def own_step_share(tables: DerivedTables, scope: Scope) -> Measured:
+    """Share of the decode window that the request's own decode steps explain (median over requests)."""
+    sel = _select(tables.runs, scope)
+    own, n = _median(sel, "own_step_share")
+    if own is None and scope.no_requests:
+        return Measured(None, "", scope.no_requests)
+    if own is None:
+        return Measured(None, "", f"no own-step share at {_where(scope)} (no complete run or no steady step)")
+    prefill, _ = _median(sel, "prefill_share")
+    other, _ = _median(sel, "other_share")
+    rest = ", ".join(f"{name} {_pct(v)}" for name, v in (("prefill", prefill), ("other", other)) if v is not None)
+    return Measured(own, f"own decode steps explain {_pct(own)} of the decode window"
+                         + (f" ({rest})" if rest else "") + f", median of {n}")
+
+
+@measurement("prefill_share", unit="fraction")
+def prefill_share(tables: DerivedTables, scope: Scope) -> Measured:
+    """Share of the decode window covered by other requests' prefill."""
+    value, n = _median(_select(tables.runs, scope), "prefill_share")
+    if value is None:
+        return _no_runs(scope)
+    return Measured(value, f"other requests' prefill covers {_pct(value)} of the decode window, median of {n}")
+
+
+@measurement("gap_share", unit="fraction")
+def gap_share(tables: DerivedTables, scope: Scope) -> Measured:
+    """Host gaps (window minus GPU busy) as a share of the step, from the trace."""
+    row = _trace_row(tables, scope)
+    if row is None or not row["window_ms"]:
+        return _no_trace(tables, scope)
+    value = row["gap_ms"] / row["window_ms"]
+    if row["steps"]:
+        step = row["window_ms"] / row["steps"]
+        return Measured(value, f"host gaps {row['gap_ms'] / row['steps']:.1f} of {step:.1f} ms per step ({_pct(value)})")
+    return Measured(value, f"host gaps {row['gap_ms']:.1f} of {row['window_ms']:.1f} ms in the window ({_pct(value)})")
+
+
+@measurement("gap_ms_per_step", unit="ms")
+def gap_ms_per_step(tables: DerivedTables, scope: Scope) -> Measured:
+    """Host gap ms per decode step, from the trace."""
+    row = _trace_row(tables, scope)
+    if row is None:
+        return _no_trace(tables, scope)
+    if row["gap_ms_per_step"] is None:
+        return Measured(None, "", f"no step count for the trace at {_where(scope)}")
+    return Measured(row["gap_ms_per_step"], f"host gaps {row['gap_ms_per_step']:.2f} ms per step")
+
+
+@measurement("gap_scaling", unit="ratio")
+def gap_scaling(tables: DerivedTables, scope: Scope) -> Measured:
+    """Gap ms per step at batch B over batch 1 (how host work scales with the batch)."""
+    row_b, row_1 = _trace_row(tables, scope), _trace_row(tables, scope, 1)
+    if row_b is None or row_b["gap_ms_per_step"] is None:
+        return _no_trace(tables, scope)
+    if row_1 is None or row_1["gap_ms_per_step"] is None:
+        return _no_trace(tables, scope, 1)
+    value = row_b["gap_ms_per_step"] / row_1["gap_ms_per_step"]
+    return Measured(value, f"host gaps {row_b['gap_ms_per_step']:.2f} ms per step at batch {scope.batch} over "
+                           f"{row_1['gap_ms_per_step']:.2f} at batch 1: {value:.2f}x")
+
+
+@measurement("class_share", unit="fraction")
+@_named_classes
+def class_share(tables: DerivedTables, scope: Scope) -> Measured:
+    """Time of the named kernel classes as a share of the trace window."""
+    sums = _class_sum(tables, scope)
+    if sums is None or not sums.get("window_ms"):
+        return _no_trace(tables, scope)
+    value = sums["time_ms"] / sums["window_ms"]
+    instead = ""
+    if not sums["time_ms"]:  # absent: say what ran instead
+        top = _top_class(tables, scope)
+        instead = f"; the largest class is {top}" if top else ""
+    return Measured(value, f"{_classes_label(scope)} {sums['time_ms']:.1f} of {sums['window_ms']:.1f} ms "
+                           f"in the window ({_pct(value)}, {sums['count']:.0f} dispatches{instead})")
+
+
+def _top_class(tables: DerivedTables, scope: Scope) -> str | None:
+    """The class with the most kernel time at the scope, with its share of kernel time (median over repeats)."""
+    cls = _select(tables.classes, scope)
+    if cls is None or not len(cls):
+        return None
+    share = cls.assign(share=pd.to_numeric(cls["share"], errors="coerce")).groupby("kernel_class")["share"].median()
+    if share.dropna().empty:
+        return None
+    name = str(share.idxmax())
+    return f"{name} ({_pct(float(share.max()))} of kernel time)"
+
+
+@measurement("class_ms_per_step", unit="ms")
+@_named_classes
+def class_ms_per_step(tables: DerivedTables, scope: Scope) -> Measured:
+    """Time of the named kernel classes per decode step."""
+    sums = _class_sum(tables, scope)
+    if sums is None:
+        return _no_trace(tables, scope)
+    if sums.get("ms_per_step") is None:
+        return Measured(None, "", f"no step count for the trace at {_where(scope)}")
+    return Measured(sums["ms_per_step"], f"{_classes_label(scope)} {sums['ms_per_step']:.2f} ms per step")
+
+
+@measurement("class_scaling", unit="ratio")
+@_named_classes
+def class_scaling(tables: DerivedTables, scope: Scope) -> Measured:
+    """Class ms per step at batch B over batch 1, divided by B (1.0 = grows like the batch)."""
+    b = scope.batch
+    sums_b, sums_1 = _class_sum(tables, scope), _class_sum(tables, scope, 1)
+    if sums_b is None:
+        return _no_trace(tables, scope)
+    if sums_1 is None:
+        return _no_trace(tables, scope, 1)
+    if not sums_b.get("ms_per_step") or not sums_1.get("ms_per_step") or not b:
+        return Measured(None, "", f"no {_classes_label(scope)} time per step at batch {b} and batch 1")
+    ratio = sums_b["ms_per_step"] / sums_1["ms_per_step"]
+    value = ratio / b
+    return Measured(value, f"{_classes_label(scope)} {sums_b['ms_per_step']:.1f} ms per step at batch {b} over "
+                           f"{sums_1['ms_per_step']:.1f} at batch 1: {ratio:.2f}x for a {b}x batch "
+                           f"({value:.2f} of linear)")
+
+
+@measurement("class_dispatches", unit="count")
+@_named_classes
+def class_dispatches(tables: DerivedTables, scope: Scope) -> Measured:
+    """Dispatch count of the named kernel classes in the window (and per step)."""
+    sums = _class_sum(tables, scope)
+    if sums is None:
+        return _no_trace(tables, scope)
+    per_step = f" ({sums['count'] / sums['steps']:.1f} per step)" if sums.get("steps") else ""
+    return Measured(sums["count"], f"{_classes_label(scope)} {sums['count']:.0f} dispatches{per_step}")
+
+
+def floor_ms(weight_bytes: float, kv_bytes_per_token: float, context: int, batch: int, bandwidth_gbs: float) -> float:
+    """Decode-step floor: (weights + KV bytes per token x context x batch) / bandwidth, in ms."""
+    return (weight_bytes + kv_bytes_per_token * context * batch) / (bandwidth_gbs * 1e9) * 1e3
+
+
+@measurement("step_over_floor", unit="ratio")
+def step_over_floor(tables: DerivedTables, scope: Scope) -> Measured:
+    """Decode step ms over the memory-bandwidth floor of the step."""
+    missing = [name for name, v in (("model weight_bytes", scope.weight_bytes),
+                                    ("model kv_bytes_per_token", scope.kv_bytes_per_token),
+                                    (f"peak_bandwidth_gbs of backend {scope.backend}", scope.peak_bandwidth_gbs))
+               if v is None]
+    if missing:
+        return Measured(None, "", f"no floor: the campaign gives no {', '.join(missing)}")
+    if scope.context is None or scope.batch is None:
+        return Measured(None, "", "no floor: the candidate names no batch and context for the KV term")
+    step, n = _step_of(tables, scope, scope.batch)
+    if step is None:
+        return _no_runs(scope)
+    floor = floor_ms(scope.weight_bytes, scope.kv_bytes_per_token, scope.context, scope.batch,
+                     scope.peak_bandwidth_gbs)
+    value = step / floor
+    return Measured(value, f"decode step {step:.2f} ms over a floor of {floor:.3f} ms "
+                           f"({scope.peak_bandwidth_gbs:g} GB/s): {value:.1f}x")
+
+
+def higher_is_better(column: str) -> bool:
+    """Whether a larger value of a runs.csv column is an improvement (tok/s, the own-step share)."""
+    return column.endswith("tok_s") or column.endswith("share") and column.startswith("own")
+
+
+@measurement("change_pct", unit="pct")
+def change_pct(tables: DerivedTables, scope: Scope) -> Measured:
+    """Change of a runs.csv column (default decode_step_ms) from the baseline arm to the arm, in %."""
+    column = scope.column or "decode_step_ms"
+    if not scope.baseline or not scope.arm:
+        return Measured(None, "", "no two arms to compare (campaign has one arm)")
+    before, n_b = _median(_select(tables.runs, scope, arm=scope.baseline), column)
+    after, n_a = _median(_select(tables.runs, scope, arm=scope.arm), column)
+    if before is None:
+        return _no_runs(replace(scope, arm=scope.baseline))
+    if after is None:
+        return _no_runs(scope)
+    if before == 0:
+        return Measured(None, "", f"{column} is 0 in arm {scope.baseline}")
+    value = 100.0 * (after - before) / before
+    unit = " ms" if column.endswith("_ms") else (" tok/s" if column.endswith("tok_s") else "")
+    return Measured(value, f"{column} {before:.2f}{unit} ({scope.baseline}) to {after:.2f}{unit} ({scope.arm}), "
+                           f"medians of {n_b} and {n_a}: {value:+.1f}%")

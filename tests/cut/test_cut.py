@@ -1,0 +1,110 @@
+"""`perflib trace cut`: a server-lifetime trace cut into the level windows of run folders.
+
+The real case is the H200 traced pass: one CUPTI trace of llama-server's whole life, cut into six level
+windows. Here two of those committed cuts are joined back into one "lifetime" trace, the run folders are
+copied without their trace, and the cut must give back exactly the committed dispatches.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from dataclasses import replace
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from support import REPO
+
+from perflib.cli import main
+from perflib.traces import read_trace
+from perflib.traces.parquet import write_trace_parquet
+
+TRACED = REPO / "data/raw/cuda-h200/after-cupti/llamacpp-cuda"
+LEVELS = ("b1_c1024_r1", "b4_c1024_r1")
+
+
+@pytest.fixture()
+def lifetime(tmp_path: Path) -> tuple[Path, Path]:
+    """(one trace file holding both levels' dispatches, a sweep folder with the two runs minus their traces)."""
+    parts = [read_trace(TRACED / level / "trace.parquet") for level in LEVELS]
+    joined = pd.concat([p.dispatches for p in parts], ignore_index=True).sort_values("start_ns", kind="stable")
+    trace = replace(parts[0], dispatches=joined.reset_index(drop=True), path="lifetime.cupti.txt")
+    path = write_trace_parquet(trace, tmp_path / "lifetime.parquet")
+    runs = tmp_path / "sweep"
+    for level in LEVELS:
+        shutil.copytree(TRACED / level, runs / level, ignore=shutil.ignore_patterns("trace.parquet"))
+        manifest = json.loads((runs / level / "manifest.json").read_text())
+        for key in ("trace_path", "trace_cut"):
+            manifest.pop(key)
+        (runs / level / "manifest.json").write_text(json.dumps(manifest))
+    return path, runs
+
+
+def test_cut_gives_back_each_level_window(lifetime, capsys):
+    path, runs = lifetime
+    assert main(["trace", "cut", str(path), str(runs), "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["clock"] == "realtime" and len(out["runs"]) == 2
+    for level in LEVELS:
+        committed = json.loads((TRACED / level / "manifest.json").read_text())["trace_cut"]
+        manifest = json.loads((runs / level / "manifest.json").read_text())
+        assert manifest["trace_path"] == "trace.parquet"
+        cut = manifest["trace_cut"]
+        assert (cut["start_ns"], cut["end_ns"], cut["clock"]) == (committed["start_ns"], committed["end_ns"], "realtime")
+        mine = read_trace(runs / level / "trace.parquet").dispatches
+        theirs = read_trace(TRACED / level / "trace.parquet").dispatches
+        pd.testing.assert_frame_equal(mine.reset_index(drop=True), theirs.reset_index(drop=True))
+        row = next(r for r in out["runs"] if r["run_dir"].endswith(level))
+        assert row["dispatches"] == len(theirs) and row["kernels"] == int((theirs["kind"] == "kernel").sum()) > 0
+
+
+def test_cut_keeps_repeats_and_skips_levels_without_clocks(lifetime, capsys):
+    path, runs = lifetime
+    second = json.loads((runs / LEVELS[1] / "manifest.json").read_text())
+    second["repeat"] = 2
+    (runs / LEVELS[1] / "manifest.json").write_text(json.dumps(second))
+    shutil.copytree(runs / LEVELS[0], runs / "b8_c1024_r1")
+    never = json.loads((runs / "b8_c1024_r1" / "manifest.json").read_text())
+    never.pop("clocks")
+    (runs / "b8_c1024_r1" / "manifest.json").write_text(json.dumps(never))
+    assert main(["trace", "cut", str(path), str(runs), "--repeats", "1"]) == 0
+    text = capsys.readouterr().out
+    assert "b8_c1024_r1: skipped, no level clocks" in text and "2 level windows" not in text
+    assert (runs / LEVELS[0] / "trace.parquet").is_file()
+    assert not (runs / LEVELS[1] / "trace.parquet").exists()
+    assert "only repeats 1..1" in json.loads((runs / LEVELS[1] / "manifest.json").read_text())["trace_note"]
+
+
+def test_cut_of_a_trace_from_another_time_warns_and_exits_1(lifetime, capsys):
+    path, runs = lifetime
+    trace = read_trace(path)
+    shifted = trace.dispatches.assign(start_ns=trace.dispatches.start_ns - 3_600_000_000_000,
+                                      end_ns=trace.dispatches.end_ns - 3_600_000_000_000)
+    other = write_trace_parquet(replace(trace, dispatches=shifted), path.with_name("an-hour-earlier.parquet"))
+    assert main(["trace", "cut", str(other), str(runs)]) == 1
+    assert capsys.readouterr().out.count("WARNING: no kernel dispatch inside the level window") == 2
+
+
+def test_cut_names_the_folder_without_runs(tmp_path, capsys):
+    path = write_trace_parquet(read_trace(TRACED / LEVELS[0] / "trace.parquet"), tmp_path / "t.parquet")
+    (tmp_path / "empty").mkdir()
+    assert main(["trace", "cut", str(path), str(tmp_path / "empty")]) == 2
+    assert "no run folder with a manifest.json" in capsys.readouterr().err
+
+
+def test_report_reads_a_lifetime_trace_once_for_all_its_runs(lifetime, monkeypatch):
+    """A server profiled once for a sweep: every run windows the same file, which is read once."""
+    from perflib import derive, traces
+
+    path, _ = lifetime
+    calls = []
+    real = traces.read_trace
+    monkeypatch.setattr(traces, "read_trace", lambda p: calls.append(p) or real(p))
+    derive._read_trace_keyed.cache_clear()
+    first = derive._read_trace_cached(path)
+    assert derive._read_trace_cached(path) is first and len(calls) == 1
+    os.utime(path, ns=(1, 1))  # the file changed: read again
+    assert derive._read_trace_cached(path) is not first and len(calls) == 2
+    derive._read_trace_keyed.cache_clear()

@@ -1,0 +1,45 @@
+"""Run folders: names, atomic manifests, folders moved aside, JSON Lines that survive a crash."""
+
+from __future__ import annotations
+
+import pytest
+
+from perflib import rundir
+from perflib.errors import InputError
+
+
+def test_manifest_atomic_write_and_is_complete(tmp_path):
+    run = tmp_path / rundir.run_name(4, 1024, 2)
+    assert run.name == "b4_c1024_r2"
+    assert not rundir.is_complete(run)
+    rundir.write_manifest(run, {"status": "incomplete", "errors": ["x"]})
+    assert not rundir.is_complete(run)
+    rundir.write_manifest(run, {"status": "complete", "errors": []})
+    assert rundir.is_complete(run) and rundir.read_manifest(run)["schema"] == rundir.SCHEMA_VERSION
+    assert [p.name for p in run.iterdir()] == ["manifest.json"]  # no temp file left behind
+    (run / "manifest.json").write_text("{\"status\": \"comp")  # a torn manifest is not complete
+    assert not rundir.is_complete(run)
+    with pytest.raises(InputError, match="manifest.json:1:"):
+        rundir.read_manifest(run)
+
+
+def test_move_aside_numbers_folders(tmp_path):
+    run = tmp_path / "b1_c8_r1"
+    run.mkdir()
+    first = rundir.move_aside(run)
+    run.mkdir()
+    second = rundir.move_aside(run)
+    assert (first.name, second.name) == ("b1_c8_r1.incomplete-1", "b1_c8_r1.incomplete-2")
+    assert not run.exists()
+
+
+def test_jsonl_append_and_torn_last_line(tmp_path):
+    path = tmp_path / "requests.jsonl"
+    rundir.append_jsonl(path, {"a": 1})
+    rundir.append_jsonl(path, {"a": 2})
+    with open(path, "a") as handle:
+        handle.write('{"a": 3, "b"')  # a crash in the middle of a line
+    assert rundir.read_jsonl(path) == [{"a": 1}, {"a": 2}]
+    path.write_text('{"a": 1}\nnot json\n{"a": 3}\n')
+    with pytest.raises(InputError, match=r"requests.jsonl:2:1: expected one JSON object per line"):
+        rundir.read_jsonl(path)
