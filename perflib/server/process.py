@@ -8,7 +8,7 @@ import socket
 import subprocess
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from perflib.errors import PerflibError
@@ -42,7 +42,6 @@ class ServerHandle:
     binary: Path
     model: Path
     port: int
-    started: float = field(default_factory=time.time)
 
     def alive(self) -> bool:
         return self.process.poll() is None

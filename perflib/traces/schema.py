@@ -28,18 +28,8 @@ DISPATCH_COLUMNS = (
 )
 API_COLUMNS = ("name", "start_ns", "end_ns", "pid", "tid", "correlation_id", "domain", "source")
 MARKER_COLUMNS = ("name", "start_ns", "end_ns", "pid", "tid", "domain", "source")
-STATS_COLUMNS = ("name", "calls", "total_ns", "average_ns", "percentage", "min_ns", "max_ns", "stddev")
 
 DISPATCH_KINDS = ("kernel", "memcpy", "memset")
-SOURCES = (
-    "rocprofv3-csv",
-    "rocprofv3-json",
-    "rocpd",
-    "rocprof-legacy",
-    "kineto",
-    "nsys-sqlite",
-    "cupti-text",
-)
 
 _INT_COLUMNS = {"start_ns", "end_ns", "device", "queue", "stream", "correlation_id", "pid", "tid"}
 
