@@ -6,6 +6,7 @@ a million rows take seconds.
 - `rocprof_json`: rocprofv3 `--output-format json`.
 - `rocpd`: rocpd SQLite.
 - `kineto`: PyTorch profiler (Kineto) JSON.
+- `cupti_text`: the CUPTI activity text the CUDA sample `cupti_trace_injection` prints.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import pandas as pd
 
 from perflib.traces import schema
 from perflib.traces.writers.common import GUID, HOST_AGENT
+from perflib.traces.writers.cupti_text import write_cupti_text
 from perflib.traces.writers.kineto import write_kineto_json
 from perflib.traces.writers.rocpd import write_rocpd
 from perflib.traces.writers.rocprof_csv import (
@@ -25,8 +27,8 @@ from perflib.traces.writers.rocprof_csv import (
 )
 from perflib.traces.writers.rocprof_json import write_rocprof_json
 
-__all__ = ["GUID", "HOST_AGENT", "KERNEL_HEADERS", "write_all", "write_kernel_trace_csv", "write_kineto_json",
-           "write_memory_copy_trace_csv", "write_rocpd", "write_rocprof_json"]
+__all__ = ["GUID", "HOST_AGENT", "KERNEL_HEADERS", "write_all", "write_cupti_text", "write_kernel_trace_csv",
+           "write_kineto_json", "write_memory_copy_trace_csv", "write_rocpd", "write_rocprof_json"]
 
 
 def write_all(dispatches: pd.DataFrame, directory: str | Path) -> dict[str, Path]:
