@@ -198,11 +198,6 @@ class _Strings:
     def of(self, values: Sequence[str]) -> list[int]:
         return [self.ids.setdefault(v, len(self.ids) + 1) for v in values]
 
-    def column(self, names: pd.Series) -> np.ndarray:
-        """Ids of a column of names, looked up once per distinct name."""
-        codes, uniques = pd.factorize(names.astype(str))
-        return np.asarray(self.of(list(uniques)), dtype=np.int64)[codes] if len(codes) else np.zeros(0, np.int64)
-
 
 def _ints(df: pd.DataFrame, col: str, shift: int = 0) -> np.ndarray:
     return df[col].to_numpy(np.int64) - shift
@@ -211,8 +206,9 @@ def _ints(df: pd.DataFrame, col: str, shift: int = 0) -> np.ndarray:
 def _write_kernels(con: sqlite3.Connection, k: pd.DataFrame, strings: _Strings, shift: int) -> None:
     """Kernels: names through `StringIds` (the name perflib has is also the mangled one: it does not mangle),
     launch dimensions and resources as constants, `gridId` counting up as the driver assigns it."""
-    names = strings.column(k["kernel"])
-    short = strings.column(k["kernel"].astype(str).map(short_name))
+    codes, uniques = pd.factorize(k["kernel"].astype(str))
+    names = np.asarray(strings.of(list(uniques)), dtype=np.int64)[codes]
+    short = np.asarray(strings.of([short_name(u) for u in uniques]), dtype=np.int64)[codes]
     _insert(con, "CUPTI_ACTIVITY_KIND_KERNEL", {
         "start": _ints(k, "start_ns", shift), "end": _ints(k, "end_ns", shift), "deviceId": _ints(k, "device"),
         "contextId": 1, "streamId": _ints(k, "stream"), "correlationId": _ints(k, "correlation_id"),
