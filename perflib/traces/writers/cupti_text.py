@@ -94,18 +94,26 @@ def launch_times(starts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _text(values: np.ndarray | list) -> pa.Array:
-    """Integers (or strings) as a string array: the formatting is done in Arrow's C loops."""
+    """Integers (or strings) as a string array: the formatting is done in Arrow's C loops. 64-bit
+    offsets, so that a chunk of long (mangled) names cannot overflow them."""
     if isinstance(values, np.ndarray) and values.dtype.kind in "iu":
-        return pa.array(values, type=pa.int64()).cast(pa.string())
+        return pa.array(values, type=pa.int64()).cast(pa.large_string())
     codes, uniques = pd.factorize(pd.Series(values, dtype=object))
-    return pa.array(list(uniques), type=pa.string()).take(pa.array(codes, type=pa.int32()))
+    return pa.array(list(uniques), type=pa.large_string()).take(pa.array(codes, type=pa.int32()))
 
 
 def _join(*pieces: pa.Array | str) -> pa.Array:
-    return pc.binary_join_element_wise(*pieces, "")
+    """Row by row, the pieces (arrays, or one string for every row) concatenated."""
+    return pc.binary_join_element_wise(*(_large(p) for p in pieces), _large(""))
+
+
+def _large(piece: pa.Array | str) -> pa.Array | pa.Scalar:
+    """A string as a 64-bit-offset scalar, so that it joins with the arrays."""
+    return pa.scalar(piece, pa.large_string()) if isinstance(piece, str) else piece
 
 
 def _col(df: pd.DataFrame, name: str) -> pa.Array:
+    """An integer column as text."""
     return _text(df[name].to_numpy(np.int64))
 
 
@@ -119,7 +127,7 @@ def _kernel_lines(df: pd.DataFrame, runtime: bool) -> pa.Array:
         b, x = df["launch_begin"].to_numpy(np.int64), df["launch_end"].to_numpy(np.int64)
         record = _join("RUNTIME [ ", _text(b), ", ", _text(x), " ] duration ", _text(x - b), f', "{LAUNCH[0]}", '
                        f"cbid {LAUNCH[1]}, processId {PROCESS_ID}, threadId {THREAD_ID}, correlationId ", corr, "\n")
-        launch = pc.if_else(pa.array(df["correlation_id"].to_numpy() >= 0), record, "")
+        launch = pc.if_else(pa.array(df["correlation_id"].to_numpy() >= 0), record, _large(""))
     return _join("CONCURRENT_KERNEL [ ", _text(s), ", ", _text(e), " ] duration ", _text(e - s), ', "',
                  _text(df["kernel"].tolist()), '", correlationId ', corr, ", cacheConfigRequested 0, "
                  "cacheConfigExecuted 0\n\tgrid [ 16, 1, 1 ], block [ 256, 1, 1 ], cluster [ 0, 0, 0 ], "
@@ -167,7 +175,7 @@ def _chunk_bytes(chunk: pd.DataFrame, runtime: bool) -> memoryview:
     if not parts:
         return memoryview(b"")
     text = pa.concat_arrays(parts).take(pa.array(np.argsort(np.concatenate(rows), kind="stable")))
-    offsets = np.frombuffer(text.buffers()[1], dtype=np.int32)[text.offset:text.offset + len(text) + 1]
+    offsets = np.frombuffer(text.buffers()[1], dtype=np.int64)[text.offset:text.offset + len(text) + 1]
     return memoryview(text.buffers()[2])[offsets[0]:offsets[-1]]
 
 

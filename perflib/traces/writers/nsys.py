@@ -138,17 +138,20 @@ def tables(version: str) -> dict[str, tuple[tuple[str, str], ...]]:
 
 
 def generation(version: str) -> Generation:
+    """The generation `version` names; an unknown one is a `ValueError` listing those there are."""
     if version not in VERSIONS:
         raise ValueError(f"nsys export version must be one of {sorted(VERSIONS)}, not {version!r}")
     return VERSIONS[version]
 
 
 def _create(con: sqlite3.Connection, name: str, cols: Sequence[tuple[str, str]]) -> None:
+    """CREATE TABLE laid out as nsys lays it out (one column a line, names padded)."""
     body = ",\n".join(f"    {c:<27} {d}" for c, d in cols)
     con.execute(f"CREATE TABLE {name} (\n{body}\n)")
 
 
 def _literal(value: Any) -> str:
+    """A constant as SQL text (ints, strings without quotes in them, None)."""
     if value is None:
         return "NULL"
     return f"'{value}'" if isinstance(value, str) else str(int(value))
@@ -200,6 +203,7 @@ class _Strings:
 
 
 def _ints(df: pd.DataFrame, col: str, shift: int = 0) -> np.ndarray:
+    """An integer column, less `shift` (the session start, for times)."""
     return df[col].to_numpy(np.int64) - shift
 
 
@@ -248,6 +252,7 @@ def _launches(k: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 
 def _write_runtime(con: sqlite3.Connection, launches: tuple[np.ndarray, ...], strings: _Strings, shift: int) -> None:
+    """The launch calls, on the stand-in process's launching thread."""
     begin, end, corr = launches
     if len(corr):
         _insert(con, "CUPTI_ACTIVITY_KIND_RUNTIME", {
