@@ -45,9 +45,13 @@ class LevelResult:
 
 
 def tool_versions() -> dict[str, str]:
-    """Versions of perflib, Python, the event loop, httpx and the platform, for the manifest."""
+    """Versions of perflib, Python, the event loop, httpx and the platform, and the host (`$PERFLIB_HOST`
+    or the machine's name: which runner measured the run), for the manifest."""
+    import os
+    import socket
+
     tools = {"perflib": __version__, "python": sys.version.split()[0], "platform": platform.platform(),
-             "event_loop": load.event_loop_name()}
+             "event_loop": load.event_loop_name(), "host": os.environ.get("PERFLIB_HOST") or socket.gethostname()}
     for dist in ("httpx", "httpcore", "h11"):
         try:
             tools[dist] = metadata.version(dist)
@@ -97,6 +101,7 @@ def run_level(
     try:
         manifest["server"] = load.server_identity(base_url, flags=list(server.flags) if server else None,
                                                   version=_server_version(server))
+        manifest["server"].update(_started_identity(server))
     except httpx.HTTPError as exc:
         message = (f"level {run_dir.name}: server unreachable at {base_url}: {type(exc).__name__}: "
                    f"{exc or 'connection refused'}; is it running at that address? "
@@ -151,6 +156,24 @@ def _server_version(server: Any) -> str | None:
         return server.identity().get("version")
     except Exception:  # noqa: BLE001 - the version line is a nicety; the level does not depend on it
         return None
+
+
+def _started_identity(server: Any) -> dict[str, Any]:
+    """What perflib knows of a server it started beyond what it answers over HTTP: the preset, the
+    binary and its SHA-256, the commit its version names, the model file."""
+    if server is None:
+        return {}
+    try:
+        ident = server.identity()
+    except Exception:  # noqa: BLE001 - a nicety, as the version line
+        return {}
+    keys = ("binary", "binary_sha256", "commit", "model_file")
+    out = {k: ident.get(k) for k in keys if ident.get(k) is not None}
+    if ident.get("kind"):
+        out["preset"] = ident["kind"]
+    if ident.get("model"):
+        out["model_file"] = ident["model"]
+    return out
 
 
 def _extra_body(manifest: Mapping[str, Any]) -> dict[str, Any]:

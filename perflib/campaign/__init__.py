@@ -2,6 +2,10 @@
 
 - `validate`: `load_campaign(path)`, the campaign file checked against everything perflib knows.
 - `runner`: `run_campaign`, every incomplete run measured through papermill, then the page.
+- `servers`: each (arm, backend) server started from its preset or command under its profiler,
+  restarted where it died, stopped at the end; `server.json` records every start.
+- `captures`: a stopped server's lifetime capture cut into the runs it served.
+- `claims`: one runner per (arm, backend), whichever host, over a shared data folder.
 - `notebooks`: papermill execution, and the functions the notebooks call (`collect_run`, ...).
 - `guard`: the GPU guard that redoes contended runs.
 
@@ -17,10 +21,12 @@ from perflib.campaign.notebooks import (
     find_kernel,
     profile_run,
 )
-from perflib.campaign.runner import CampaignResult, run_campaign, serve
+from perflib.campaign.runner import CampaignResult, run_campaign
+from perflib.campaign.servers import ServedArm, host_name, plan_launch, prepare
 from perflib.campaign.validate import load_campaign
 
 __all__ = [
     "GUARD_EXIT", "NOTEBOOKS", "CampaignResult", "GpuGuard", "collect_run", "execute_notebook", "export_notebook",
-    "find_kernel", "load_campaign", "profile_run", "run_campaign", "serve",
+    "ServedArm", "find_kernel", "host_name", "load_campaign", "plan_launch", "prepare", "profile_run",
+    "run_campaign",
 ]

@@ -69,6 +69,8 @@ class GpuGuard:
         self.vendor = probe[0] if probe else None
         self.own_roots: set[int] = {os.getpid()}
         self._seen: set[int] = set()
+        self._clear_since: float | None = None
+        """Since when the GPU has been watched with no foreign process on it (None: not watched yet)."""
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         if self.vendor is None:
@@ -81,21 +83,27 @@ class GpuGuard:
         return probe[1] - _descendants(self.own_roots)
 
     def wait_idle(self) -> None:
+        """Return once the GPU has had no foreign process for `idle_s`, counting the time it was
+        watched clear during the runs before (so back-to-back runs on a quiet GPU do not wait again)."""
         if self.vendor is None:
             return
         deadline = time.monotonic() + self.wait_timeout_s
-        idle_since = time.monotonic()
-        while time.monotonic() - idle_since < self.idle_s:
+        if self.foreign() or self._clear_since is None:
+            self._clear_since = time.monotonic()
+        while time.monotonic() - self._clear_since < self.idle_s:
             if time.monotonic() > deadline:
                 raise PerflibError(f"GPU guard: the {self.vendor} GPU was not idle for {self.idle_s:.0f} s "
                                    f"within {self.wait_timeout_s:.0f} s")
-            if self.foreign():
-                idle_since = time.monotonic()
             time.sleep(1.0)
+            if self.foreign():
+                self._clear_since = time.monotonic()
 
     def _watch(self) -> None:
         while not self._stop.wait(1.0):
-            self._seen |= self.foreign()
+            found = self.foreign()
+            if found:
+                self._clear_since = time.monotonic()
+            self._seen |= found
 
     @contextlib.contextmanager
     def watching(self) -> Iterator[set[int]]:
@@ -112,4 +120,7 @@ class GpuGuard:
         finally:
             self._stop.set()
             self._thread.join()
-            self._seen |= self.foreign()
+            found = self.foreign()
+            if found:
+                self._clear_since = time.monotonic()
+            self._seen |= found

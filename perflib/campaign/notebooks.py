@@ -34,14 +34,17 @@ class StartedServer:
     flags: tuple[str, ...]
     log_path: str | None
     version: str | None = None
+    started: dict[str, Any] | None = None
+    """What `perflib.server.ServerHandle.identity` recorded: binary, its SHA-256, commit, preset, model."""
 
     def identity(self) -> dict[str, Any]:
-        return {"version": self.version, "flags": list(self.flags)}
+        return {**(self.started or {}), "version": self.version, "flags": list(self.flags)}
 
 
 def collect_run(campaign_file: str | Path, arm: str, backend: str, batch: int, context: int, repeat: int,
                 base_url: str, data_dir: str | Path | None = None, server_flags: Sequence[str] | None = None,
-                server_log: str | None = None, server_version: str | None = None) -> Path:
+                server_log: str | None = None, server_version: str | None = None,
+                server_identity: dict[str, Any] | None = None) -> Path:
     """Measure one run into its folder with `perflib.sweep.run_level`; returns the run folder.
 
     A server that does not answer leaves an incomplete manifest naming the URL and raises, so
@@ -51,7 +54,8 @@ def collect_run(campaign_file: str | Path, arm: str, backend: str, batch: int, c
     data = Path(data_dir) if data_dir else campaign.data_dir
     run = RunSpec(campaign.name, arm, backend, batch, context, repeat, campaign.decode_tokens)
     spec = campaign.backend(backend)
-    server = StartedServer(tuple(server_flags), server_log, server_version) if server_flags is not None else None
+    server = (StartedServer(tuple(server_flags), server_log, server_version, server_identity)
+              if server_flags is not None else None)
     result = sweep.run_level(base_url, batch, context, campaign.decode_tokens, repeat, run.run_dir(data).parent,
                              dialect=spec.dialect, server=server, campaign=campaign.name, arm=arm, backend=backend)
     if result.status != "complete":

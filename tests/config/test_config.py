@@ -67,7 +67,7 @@ def test_list_item_type_and_missing_required(tmp_path):
         load_campaign(write(tmp_path, MINIMAL.replace("[1, 2]", "[1, two]")))
     with pytest.raises(InputError, match="required key 'decode_tokens'"):
         load_campaign(write(tmp_path, MINIMAL.replace("decode_tokens: 8\n", "")))
-    with pytest.raises(InputError, match="'url' or a 'start'"):
+    with pytest.raises(InputError, match="a 'url' .*a 'server'.*'start: none'"):
         load_campaign(write(tmp_path, MINIMAL.replace("    url: http://127.0.0.1:9\n", "")))
 
 

@@ -1,0 +1,337 @@
+"""The servers of a campaign: each (arm, backend) started once from its preset or command, under its
+profiler, restarted when it dies, stopped at the end, its identity recorded.
+
+`plan_launch` turns a campaign's `server:` (a preset or a command template, `perflib.server.presets`),
+the backend's and the arm's arguments and environment, and the profiler (`perflib.server.profilers`)
+into one `Launch`. `ServedArm` runs it for a group of runs: it starts the server, writes
+`<arm_dir>/server.json` (every start, its identity, how it ended), checks before each run that the
+server is alive and starts it again where it died, toggles a PyTorch profiler around each run and
+moves its file into the run folder, and stops the server at the end or on Ctrl-C. Each start is a
+`Segment`: the runs measured while it lived and its capture, which `perflib.campaign.captures` cuts
+into those runs once the server has stopped and flushed it.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from perflib import rundir, server
+from perflib.config import ArmSpec, BackendSpec, Campaign, RunSpec, ServerSpec
+from perflib.errors import PerflibError
+from perflib.server.presets import PRESETS, Preset, render
+from perflib.server.process import Launch, ServerHandle
+from perflib.server.profilers import Capture, files_under, new_files, toggle_torch_profile
+
+SERVER_RECORD = "server.json"
+"""Every start of an (arm, backend) server: argv, added environment, identity, exit."""
+
+
+def host_name() -> str:
+    """This runner's host: `$PERFLIB_HOST`, else the machine's name (two runners, two hosts)."""
+    import socket
+
+    return os.environ.get("PERFLIB_HOST") or socket.gethostname()
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """What an (arm, backend) server needs before it starts: its program and its model file."""
+
+    spec: ServerSpec
+    preset: Preset | None
+    binary: str | None
+    model: str | None
+    library: Path | None = None
+
+
+def _path_of(campaign: Campaign, text: str, program: bool = True) -> str:
+    """A program or file named in the campaign, relative to the campaign file's folder; a program's
+    bare name (no slash) is looked up on PATH instead."""
+    if program and "/" not in text:
+        return text
+    path = Path(os.path.expanduser(text))
+    return str(path if path.is_absolute() else (campaign.path.parent / path).resolve())
+
+
+def prepare(campaign: Campaign, arm: ArmSpec, backend: BackendSpec, progress: bool = True) -> Prepared:
+    """Build or find the binary, write or find the model, build the CUPTI library where it is needed:
+    all that may take minutes, done before the campaign's progress bar starts."""
+    spec = backend.server_spec
+    if spec is None:
+        raise PerflibError(f"backend {backend.name}: no server to start (give server: or url:)")
+    preset = PRESETS.get(spec.preset) if spec.preset else None
+    binary: str | None
+    if arm.binary:
+        binary = _path_of(campaign, arm.binary)
+    elif spec.binary:
+        binary = _path_of(campaign, spec.binary)
+    elif spec.build:
+        binary = str(server.ensure_llama_server(progress=progress, backend=spec.build, gpu_arch=spec.gpu_arch))
+    else:
+        binary = preset.binary if preset else None
+    model = None
+    if campaign.model.path:
+        model = _path_of(campaign, campaign.model.path, program=False)
+    elif campaign.model.random or spec.preset == "llama-server":  # the project's random-weight GGUF
+        model = str(server.ensure_test_model(**campaign.model.random))
+    library = None
+    profiler = campaign.profiler(arm.name, backend.name)
+    if profiler.kind == "cupti":
+        library = (Path(_path_of(campaign, profiler.library, program=False)) if profiler.library
+                   else server.ensure_cupti_library())
+    return Prepared(spec, preset, binary, model, library)
+
+
+def placeholder_values(campaign: Campaign, backend: BackendSpec, prepared: Prepared, arm_dir: Path,
+                       capture_dir: Path, port: int) -> dict[str, Any]:
+    """The values of `perflib.server.presets.PLACEHOLDERS` for one start of the server."""
+    slots, context, decode = max(campaign.batches), max(campaign.contexts), campaign.decode_tokens
+    return {"binary": prepared.binary, "host": "127.0.0.1", "port": port, "model": prepared.model,
+            "slots": slots, "context": context, "decode_tokens": decode,
+            "ctx_size": server.ctx_size_for(slots, context, decode), "max_len": context + decode + 64,
+            "threads": backend.threads, "arm_dir": str(arm_dir), "capture_dir": str(capture_dir)}
+
+
+def plan_launch(campaign: Campaign, arm: ArmSpec, backend: BackendSpec, prepared: Prepared, arm_dir: Path,
+                segment: int, port: int | None = None) -> tuple[Launch, Capture | None]:
+    """The launch of one start of the (arm, backend) server, wrapped by its profiler, and the capture.
+
+    The command is the preset's (or `server.command`), then the preset's threads flag where the
+    backend gives `threads`, then `server.args`, the backend's `extra_args` and the arm's. The
+    environment is `server.env`, the backend's `env`, the arm's, then the profiler's.
+    """
+    spec, preset = prepared.spec, prepared.preset
+    profiler = campaign.profiler(arm.name, backend.name)
+    capture_dir = arm_dir / "capture" / (profiler.kind if profiler.kind == "torch" else f"{segment}")
+    port = port or server.free_port()
+    values = placeholder_values(campaign, backend, prepared, arm_dir, capture_dir, port)
+    template = list(spec.command or (preset.command if preset else ()))
+    if preset and backend.threads and preset.threads_flag:
+        template += preset.threads_flag
+    template += [*spec.args, *backend.extra_args, *arm.extra_args]
+    argv = render(template, values)
+    env = {k: render([v], values)[0] for k, v in {**spec.env, **backend.env, **arm.env}.items()}
+    capture = None
+    stdout = None
+    if profiler.kind not in ("none", "kineto"):
+        capture = Capture(profiler.kind, capture_dir, binary=profiler.binary, args=profiler.args,
+                          library=prepared.library,
+                          torch_env=profiler.env_var or (preset.torch_profiler_env if preset else None))
+        argv, env, stdout = capture.wrap(argv, env)
+    shutdown = spec.shutdown
+    version = render(list(preset.version), values) if preset and prepared.binary else ()
+    launch = Launch(argv, f"http://127.0.0.1:{port}", arm_dir / rundir.SERVER_LOG,
+                    health=spec.health or (preset.health if preset else "/health"), env=env, stdout_path=stdout,
+                    ready_timeout_s=spec.ready_timeout_s or (preset.ready_timeout_s if preset else 120.0),
+                    stop_signal=shutdown.signal if shutdown else (preset.stop_signal if preset else "SIGTERM"),
+                    grace_s=shutdown.grace_s if shutdown else (preset.grace_s if preset else 10.0),
+                    kind=spec.preset or "command", model=prepared.model, version_argv=tuple(version))
+    return launch, capture
+
+
+@dataclass
+class Segment:
+    """One start of the server: its number, launch, capture, the runs it served and how it ended."""
+
+    number: int
+    launch: Launch
+    capture: Capture | None
+    handle: ServerHandle | None = None
+    runs: list[RunSpec] = field(default_factory=list)
+    record: dict[str, Any] = field(default_factory=dict)
+
+
+class ServedArm:
+    """The server of one (arm, backend) for a group of runs: started once, restarted where it died
+    (at most `max_starts` starts), stopped at the end. Use as a context manager."""
+
+    def __init__(self, campaign: Campaign, arm: ArmSpec, backend: BackendSpec, data: Path,
+                 prepared: Prepared | None = None, max_starts: int = 3, log: Any = None):
+        self.campaign, self.arm, self.backend, self.data = campaign, arm, backend, data
+        self.prepared = prepared
+        self.max_starts = max_starts
+        self.log = log or (lambda message: None)
+        self.arm_dir = rundir.backend_dir(data, campaign.name, arm.name, backend.name)
+        self.external = (arm.url or backend.url or "").rstrip("/") or None
+        self.segments: list[Segment] = []
+        self.profiler = campaign.profiler(arm.name, backend.name)
+        self.history = _earlier_starts(self.arm_dir / SERVER_RECORD)
+        """Starts recorded by earlier invocations: kept in server.json, their capture folders left alone."""
+
+    # ------------------------------------------------------------------------------ start and stop
+
+    @property
+    def current(self) -> Segment | None:
+        return self.segments[-1] if self.segments else None
+
+    @property
+    def base_url(self) -> str:
+        if self.external:
+            return self.external
+        if self.current is None or self.current.handle is None:
+            raise PerflibError(f"{self.arm.name}/{self.backend.name}: the server is not running")
+        return self.current.handle.base_url
+
+    def start(self) -> None:
+        """Start the server (another segment); an error names the command and the log's tail."""
+        if self.external:
+            return
+        if sum(1 for s in self.segments if s.handle is not None or "error" in s.record) >= self.max_starts:
+            raise PerflibError(f"{self.arm.name}/{self.backend.name}: the server was started {self.max_starts} "
+                               f"times and died each time; see {self.arm_dir / rundir.SERVER_LOG}")
+        if self.prepared is None:
+            self.prepared = prepare(self.campaign, self.arm, self.backend)
+        number = len(self.history) + len(self.segments) + 1
+        launch, capture = plan_launch(self.campaign, self.arm, self.backend, self.prepared, self.arm_dir, number)
+        segment = Segment(number, launch, capture)
+        segment.record = {"segment": segment.number, "host": host_name(), "argv": list(launch.argv),
+                          "env_added": dict(launch.env), "base_url": launch.base_url, "health": launch.health_url,
+                          "capture": str(capture.directory) if capture else None,
+                          "started_at": time.time(), "runs": []}
+        self.segments.append(segment)
+        try:
+            segment.handle = server.start(launch)
+        except PerflibError as exc:
+            segment.record.update(ended_at=time.time(), ended="did not start", error=str(exc).splitlines()[0])
+            self._write_record()
+            raise
+        segment.record.update(pid=segment.handle.process.pid, identity=segment.handle.identity(),
+                              ready_at=time.time())
+        self._write_record()
+        self.log(f"started {launch.kind} for {self.arm.name}/{self.backend.name} at {launch.base_url} "
+                 f"(pid {segment.handle.process.pid}; log {launch.log_path})")
+
+    def alive(self) -> bool:
+        return bool(self.external) or (self.current is not None and self.current.handle is not None
+                                       and self.current.handle.alive())
+
+    def died(self) -> str | None:
+        """Why the current server is gone (its exit code and log tail), or None while it lives."""
+        if self.alive() or self.current is None or self.current.handle is None:
+            return None
+        handle = self.current.handle
+        tail = " | ".join(handle.log_tail(600).strip().splitlines()[-3:])
+        return f"server exited with code {handle.process.returncode} (log {handle.log_path}: {tail})"
+
+    def ensure_running(self) -> None:
+        """Start the server where it is not running, or start it again where it died."""
+        if self.external or self.alive():
+            return
+        if self.current is not None:
+            why = self.died()
+            self._end_segment("died", why)
+            self.log(f"{self.arm.name}/{self.backend.name}: {why}; starting it again")
+        self.start()
+
+    def stop(self, why: str = "stopped") -> None:
+        """Stop the server (signal, grace, SIGKILL) and record how it ended."""
+        segment = self.current
+        if self.external or segment is None or segment.handle is None or "ended" in segment.record:
+            return
+        code = segment.handle.stop()
+        segment.record.update(ended_at=time.time(), ended=why, exit_code=code)
+        self._write_record()
+
+    def _end_segment(self, how: str, why: str | None) -> None:
+        segment = self.current
+        if segment is not None and "ended" not in segment.record:
+            code = segment.handle.process.returncode if segment.handle else None
+            segment.record.update(ended_at=time.time(), ended=how, exit_code=code, error=why)
+            self._write_record()
+
+    def _write_record(self) -> None:
+        if self.external:
+            return
+        rundir.write_json_atomic(self.arm_dir / SERVER_RECORD, {
+            "campaign": self.campaign.name, "arm": self.arm.name, "backend": self.backend.name,
+            "profiler": self.profiler.kind, "starts": [*self.history, *(s.record for s in self.segments)]})
+
+    def __enter__(self) -> ServedArm:
+        self.start()
+        return self
+
+    def __exit__(self, exc_type: Any, *exc: object) -> None:
+        self.stop("interrupted (Ctrl-C)" if exc_type is KeyboardInterrupt else
+                  "stopped after an error" if exc_type is not None else "stopped at the end of the arm")
+
+    # ------------------------------------------------------------------------------ around each run
+
+    def server_params(self) -> dict[str, Any]:
+        """What the collect notebook records of the server: flags, log, version and identity."""
+        segment = self.current
+        if self.external or segment is None or segment.handle is None:
+            return {}
+        identity = segment.handle.identity()
+        return {"server_flags": list(segment.launch.argv[1:]), "server_log": str(segment.launch.log_path),
+                "server_version": identity.get("version"),
+                "server_identity": {k: v for k, v in identity.items() if k != "flags"}}
+
+    def begin_run(self, run: RunSpec) -> set[Path]:
+        """Before a run: note it in its segment; start the PyTorch profiler (returns the files before)."""
+        segment = self.current
+        if segment is not None:
+            segment.runs.append(run)
+            segment.record["runs"].append(run.label)
+            self._write_record()
+        if self.profiler.kind != "torch" or segment is None or segment.capture is None:
+            return set()
+        before = files_under(segment.capture.directory)
+        toggle_torch_profile(self.base_url, "start")
+        return before
+
+    def end_run(self, run: RunSpec, before: set[Path], flush_s: float = 120.0) -> str | None:
+        """After a run: stop the PyTorch profiler and move the file(s) it wrote into the run folder;
+        returns an error, or None."""
+        segment = self.current
+        if self.profiler.kind != "torch" or segment is None or segment.capture is None:
+            return None
+        toggle_torch_profile(self.base_url, "stop")
+        written = _await_files(segment.capture.directory, before, flush_s)
+        if not written:
+            return (f"{run.label}: /stop_profile answered but no trace file appeared in "
+                    f"{segment.capture.directory} within {flush_s:.0f} s")
+        run_dir = run.run_dir(self.data)
+        run_dir.mkdir(parents=True, exist_ok=True)
+        first = written[0]
+        target = run_dir / ("trace.json.gz" if first.name.endswith(".json.gz") else
+                            "trace.json" if first.name.endswith(".json") else first.name)
+        shutil.move(str(first), target)
+        for extra in written[1:]:  # other ranks' files: kept beside it
+            (run_dir / "trace-ranks").mkdir(exist_ok=True)
+            shutil.move(str(extra), run_dir / "trace-ranks" / extra.name)
+        manifest = rundir.read_manifest(run_dir, missing_ok=True)
+        if manifest is not None:
+            manifest["trace_path"] = target.name
+            manifest["trace_made_by"] = {"profiler": "torch", "from": str(first)}
+            rundir.write_manifest(run_dir, manifest)
+        return None
+
+
+def _earlier_starts(path: Path) -> list[dict[str, Any]]:
+    """The `starts` of an existing server.json (an earlier invocation of the campaign), else none."""
+    import json
+
+    try:
+        starts = json.loads(path.read_text()).get("starts")
+    except (OSError, ValueError, AttributeError):
+        return []
+    return [s for s in starts if isinstance(s, dict)] if isinstance(starts, list) else []
+
+
+def _await_files(directory: Path, before: set[Path], timeout_s: float) -> list[Path]:
+    """The new files under `directory` once their sizes stop changing (a profiler still flushing)."""
+    deadline = time.monotonic() + timeout_s
+    sizes: dict[Path, int] = {}
+    while time.monotonic() < deadline:
+        found = new_files(directory, before)
+        now = {p: p.stat().st_size for p in found if p.exists()}
+        if found and now == sizes:
+            return found
+        sizes = now
+        time.sleep(1.0)
+    return new_files(directory, before)

@@ -1,0 +1,99 @@
+"""Server presets: the command lines of the engines users run, as templates with placeholders.
+
+A campaign names a preset (`llama-server`, `mlxcel-server`, `vllm`, `sglang`) or gives its own
+command. The placeholders a command may hold are `PLACEHOLDERS`; `render` fills them and checks that
+no unknown one is left. What the preset knows beyond the command: the health path, how long the
+server may take to be ready, how to stop it, how to ask its version, its `/metrics` dialect, and the
+environment variable that points its PyTorch profiler at a folder (`torch` profiling).
+"""
+
+from __future__ import annotations
+
+import string
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from perflib.errors import PerflibError
+
+PLACEHOLDERS = {
+    "binary": "the server program",
+    "host": "the address it listens on (127.0.0.1)",
+    "port": "a free port perflib picked",
+    "model": "the model path of the campaign",
+    "slots": "parallel sequences: the campaign's largest batch",
+    "context": "the campaign's longest prompt, tokens",
+    "decode_tokens": "tokens decoded per request",
+    "ctx_size": "llama.cpp --ctx-size: slots x (context + decode_tokens + 64), split across slots",
+    "max_len": "longest sequence: context + decode_tokens + 64 (vLLM --max-model-len, SGLang --context-length)",
+    "threads": "CPU threads of the backend (empty where none is given)",
+    "arm_dir": "the arm's folder for this backend: data/raw/<campaign>/<arm>/<backend>",
+    "capture_dir": "where the profiler's capture goes: <arm_dir>/capture",
+}
+"""Placeholder -> what it stands for (also `perflib campaign validate --help`)."""
+
+
+@dataclass(frozen=True)
+class Preset:
+    """One engine's command template and what perflib needs to know to run it."""
+
+    name: str
+    binary: str
+    command: tuple[str, ...]
+    dialect: str
+    health: str = "/health"
+    ready_timeout_s: float = 120.0
+    stop_signal: str = "SIGTERM"
+    grace_s: float = 10.0
+    version: tuple[str, ...] = ("{binary}", "--version")
+    torch_profiler_env: str | None = None
+    threads_flag: tuple[str, ...] = ()
+    """Arguments added when the backend gives `threads` (llama.cpp: --threads {threads})."""
+
+
+PRESETS: dict[str, Preset] = {
+    p.name: p for p in (
+        Preset("llama-server", "llama-server",
+               ("{binary}", "-m", "{model}", "--host", "{host}", "--port", "{port}", "--parallel", "{slots}",
+                "--ctx-size", "{ctx_size}", "--metrics"),
+               dialect="llamacpp", threads_flag=("--threads", "{threads}")),
+        Preset("mlxcel-server", "mlxcel-server",
+               ("{binary}", "--model", "{model}", "--host", "{host}", "--port", "{port}", "--parallel", "{slots}",
+                "--ctx-size", "{ctx_size}", "--no-prompt-cache", "--metrics"),
+               dialect="mlxcel", ready_timeout_s=300.0),
+        Preset("vllm", "vllm",
+               ("{binary}", "serve", "{model}", "--host", "{host}", "--port", "{port}", "--max-num-seqs", "{slots}",
+                "--max-model-len", "{max_len}"),
+               dialect="vllm", ready_timeout_s=900.0, stop_signal="SIGINT", grace_s=60.0,
+               torch_profiler_env="VLLM_TORCH_PROFILER_DIR"),
+        Preset("sglang", "python3",
+               ("{binary}", "-m", "sglang.launch_server", "--model-path", "{model}", "--host", "{host}", "--port",
+                "{port}", "--max-running-requests", "{slots}", "--context-length", "{max_len}", "--enable-metrics"),
+               dialect="sglang", ready_timeout_s=900.0, stop_signal="SIGINT", grace_s=60.0,
+               version=("{binary}", "-c", "import sglang; print('sglang version', sglang.__version__)"),
+               torch_profiler_env="SGLANG_TORCH_PROFILER_DIR"),
+    )
+}
+"""The engines users have: llama.cpp (any build, any backend), mlxcel, vLLM, SGLang."""
+
+
+def placeholders_in(parts: tuple[str, ...] | list[str]) -> set[str]:
+    """The placeholder names used in a command template."""
+    names: set[str] = set()
+    for part in parts:
+        for _, name, _, _ in string.Formatter().parse(part):
+            if name is not None:
+                names.add(name)
+    return names
+
+
+def render(parts: tuple[str, ...] | list[str], values: Mapping[str, object]) -> tuple[str, ...]:
+    """Fill the placeholders of a command template; an unknown placeholder is an error naming it."""
+    unknown = sorted(placeholders_in(parts) - set(PLACEHOLDERS))
+    if unknown:
+        raise PerflibError(f"command {' '.join(parts)!r}: unknown placeholder(s) {', '.join(unknown)}; "
+                           f"known: {', '.join(sorted(PLACEHOLDERS))}")
+    missing = sorted(n for n in placeholders_in(parts) if values.get(n) is None)
+    if missing:
+        raise PerflibError(f"command {' '.join(parts)!r}: no value for {', '.join(missing)} "
+                           f"({'; '.join(f'{n}: {PLACEHOLDERS[n]}' for n in missing)})")
+    return tuple(part.format(**{k: "" if v is None else v for k, v in values.items()}) for part in parts)

