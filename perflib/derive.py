@@ -219,12 +219,16 @@ def write(tables: DerivedTables, out_dir: Path) -> list[Path]:
     written = []
     for name in COLUMNS:
         path = out_dir / f"{name}.csv"
-        normalize(name, tables.table(name)).to_csv(path, index=False, float_format=FLOAT_FORMAT, lineterminator="\n")
+        rundir.write_atomic(path, _csv(normalize(name, tables.table(name))))  # two hosts may report at once
         written.append(path)
     notes = out_dir / "notes.json"
-    notes.write_text(json.dumps(list(tables.notes), indent=2) + "\n")
+    rundir.write_atomic(notes, json.dumps(list(tables.notes), indent=2) + "\n")
     written.append(notes)
     return written
+
+
+def _csv(frame: pd.DataFrame) -> str:
+    return frame.to_csv(index=False, float_format=FLOAT_FORMAT, lineterminator="\n")
 
 
 def read(out_dir: Path) -> DerivedTables:
@@ -261,6 +265,5 @@ def run_tables(campaign: Campaign, run: RunSpec) -> dict[str, pd.DataFrame]:
     out_dir = campaign.derived_dir() / "runs" / run.arm / run.backend / run.folder
     out_dir.mkdir(parents=True, exist_ok=True)
     for name, frame in tables.items():
-        normalize(name, frame).to_csv(out_dir / f"{name}.csv", index=False, float_format=FLOAT_FORMAT,
-                                      lineterminator="\n")
+        rundir.write_atomic(out_dir / f"{name}.csv", _csv(normalize(name, frame)))
     return {name: normalize(name, frame) for name, frame in tables.items()}

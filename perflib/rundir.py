@@ -109,14 +109,19 @@ def list_runs(root: Path | str) -> list[RunFolder]:
 
 def write_json_atomic(path: Path | str, obj: Any) -> Path:
     """Write JSON to a temp file beside `path`, fsync it, then rename it over `path`."""
+    return write_atomic(path, json.dumps(obj, indent=2, sort_keys=False, default=str) + "\n")
+
+
+def write_atomic(path: Path | str, data: str | bytes) -> Path:
+    """Write text or bytes to a temp file beside `path`, fsync it, then rename it over `path`: a
+    reader (another host's report, a crash) sees the old file or the new one, never half of one."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         os.fchmod(fd, 0o644)  # mkstemp makes it 0600; a run folder is meant to be shared
-        with os.fdopen(fd, "w") as handle:
-            json.dump(obj, handle, indent=2, sort_keys=False, default=str)
-            handle.write("\n")
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data.encode() if isinstance(data, str) else data)
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(tmp, path)
