@@ -1,26 +1,30 @@
 #!/usr/bin/env bash
-# One device-tool call: start llama_campaign.sh in its own session if it is not running yet,
-# wait up to BUDGET seconds for it, then put what exists into $OUT (partial results too).
-# Run it again in the next call (within the machine's 30 s warm window) to continue.
+# One call of the `device` tool for scripts/h200/campaign.sh: the H200 has no network, so perflib's
+# notebook dependencies come as wheels (.whl/) and the pinned llama.cpp source as a trimmed tarball
+# (.carry/llama-src.tar.gz, from scripts/h200/trim_source.sh). The campaign runs in its own session so
+# that it outlives the call; call again within the machine's 30 s warm window to wait for the rest.
+# What exists is copied to $OUT each time (partial results too).
+#   run(command="bash scripts/h200/device_call.sh 570", carry=[".whl", ".carry/llama-src.tar.gz"])
 set -u
-BUDGET=${1:-560}
+BUDGET=${1:-570}
 WORK=/tmp/h200
 mkdir -p "$WORK"
-if [ ! -f "$WORK/campaign.pid" ] || ! kill -0 "$(cat "$WORK/campaign.pid")" 2>/dev/null; then
-  if ! grep -q "all steps finished" "$WORK/campaign.log" 2>/dev/null; then
-    setsid nohup bash scripts/h200/llama_campaign.sh "$WORK" >> "$WORK/campaign.log" 2>&1 < /dev/null &
-    echo $! > "$WORK/campaign.pid"
-  fi
+export PERFLIB_CACHE=$WORK/cache PERFLIB_LLAMA_SOURCE=$PWD/.carry/llama-src.tar.gz PYTHONUNBUFFERED=1
+[ -d /tmp/site ] || python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl
+export PYTHONPATH=/tmp/site:$PWD
+if [ ! -f "$WORK/pid" ] || ! kill -0 "$(cat "$WORK/pid")" 2>/dev/null; then
+  [ -f "$WORK/finished" ] || {
+    setsid nohup bash -c 'bash scripts/h200/campaign.sh; echo "exit $?" > '"$WORK/finished" \
+      >> "$WORK/campaign.log" 2>&1 < /dev/null & echo $! > "$WORK/pid"; }
 fi
 t0=$(date +%s)
-while kill -0 "$(cat "$WORK/campaign.pid")" 2>/dev/null && [ $(( $(date +%s) - t0 )) -lt "$BUDGET" ]; do sleep 5; done
-cat "$WORK/campaign.log"
-tail -3 "$WORK"/*.sweep.log 2>/dev/null
-{ tail -50 "$WORK/build.log"; cat "$WORK/gpu.txt" "$WORK/bandwidth.json" "$WORK/cut.log"; } > "$OUT/logs.txt" 2>&1
-cat "$WORK"/*.sweep.log > "$OUT/sweeps.txt" 2>/dev/null
-if [ -f "$WORK/traced.done" ] && [ -f "$WORK/traced.server.log.cupti" ]; then  # the whole trace, if it fits the 16 MiB limit
-  gzip -1 -c "$WORK/traced.server.log.cupti" > "$WORK/cupti.txt.gz"
-  [ "$(stat -c %s "$WORK/cupti.txt.gz")" -lt 16000000 ] && cp "$WORK/cupti.txt.gz" "$OUT/"
-fi
-[ -d "$WORK/raw" ] && tar czf "$OUT/raw.tgz" -C "$WORK" raw && ls -la "$OUT"
-kill -0 "$(cat "$WORK/campaign.pid")" 2>/dev/null && echo "STILL RUNNING" || echo "CAMPAIGN FINISHED"
+while [ ! -f "$WORK/finished" ] && [ $(( $(date +%s) - t0 )) -lt "$BUDGET" ]; do sleep 5; done
+tail -c 6000 "$WORK/campaign.log"
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader > "$WORK/gpu.txt" 2>&1
+cp "$WORK/campaign.log" "$WORK/gpu.txt" "$OUT/" 2>/dev/null
+tail -80 "$WORK"/cache/build-cuda.log > "$OUT/build-tail.log" 2>/dev/null
+# the run folders and the page; lifetime captures stay behind (the cut traces are in the run folders)
+tar czf "$OUT/results.tgz" --exclude='*/capture/*' data/raw/cuda-h200-batch data/derived/cuda-h200-batch \
+  reports/cuda-h200-batch-* 2>/dev/null
+ls -la "$OUT"
+[ -f "$WORK/finished" ] && echo "CAMPAIGN FINISHED: $(cat "$WORK/finished")" || echo "STILL RUNNING"
