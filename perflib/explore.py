@@ -109,17 +109,29 @@ class CampaignView:
         ctx = verdict_mod.Context.of(self.campaign)
         return [g for gate in self.campaign.gates for g in verdict_mod.evaluate_gate(gate, self.tables, ctx)]
 
-    def plot_batch_scaling(self):
+    # Each plot is the page's figure: a matplotlib Figure made without pyplot (the kernel's backend and
+    # pyplot's figures stay as they were) that shows as a PNG when it is a cell's value, with its alt
+    # text in `.alt`; None, and no output, where there is nothing to draw.
+
+    def plot_batch_scaling(self) -> figures.Plot | None:
+        """Decode step against batch size, one line per arm and context (None: no counters)."""
         return figures.plot_batch_scaling(self.tables)
 
-    def plot_decomposition(self):
+    def plot_decomposition(self) -> figures.Plot | None:
+        """Shares of the decode window per level: own steps, others' prefill, other (None: no records)."""
         return figures.plot_decomposition(self.tables)
 
-    def plot_step_over_floor(self):
+    def plot_step_over_floor(self) -> figures.Plot | None:
+        """Decode step over its memory floor per level (None: no model bytes or bandwidth)."""
         return figures.plot_step_over_floor(self.tables, self.campaign)
 
-    def plot_before_after(self):
+    def plot_before_after(self) -> figures.Plot | None:
+        """Each compared arm per level with min-max whiskers over repeats (None: one arm)."""
         return figures.plot_before_after(self.tables, [a.name for a in self.campaign.compared_arms])
+
+    def plot_profile(self) -> figures.Plot | None:
+        """GPU busy and host gaps per decode step per traced level (None: no kernel trace)."""
+        return figures.plot_profile(self.tables)
 
     def write_derived(self) -> Path:
         derive.write(self.tables, self.campaign.derived_dir())
