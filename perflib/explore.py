@@ -17,6 +17,7 @@ from perflib import derive
 from perflib import verdicts as verdict_mod
 from perflib.campaign import load_campaign
 from perflib.config import Campaign, replace_data_dir
+from perflib.errors import InputError
 from perflib.report import figures, page
 from perflib.report import tables as page_tables
 
@@ -143,8 +144,21 @@ class CampaignView:
                                    tables=self.tables)
 
 
-def open_campaign(path: str | Path, data_dir: str | Path | None = None) -> CampaignView:
-    """Open a campaign YAML file; `data_dir` overrides where `raw/` and `derived/` live."""
+SAMPLE_CAMPAIGN = Path(__file__).resolve().parents[1] / "tests" / "data" / "campaign-sample" / "campaign.yaml"
+"""The committed sample capture of a checkout: what the notebooks open by default."""
+
+
+def open_campaign(path: str | Path | None = None, data_dir: str | Path | None = None) -> CampaignView:
+    """Open a campaign YAML file; `data_dir` overrides where `raw/` and `derived/` live.
+
+    None opens the checkout's sample capture (`SAMPLE_CAMPAIGN`), so a notebook's defaults work
+    whatever folder its kernel runs in (the repository root under papermill, `notebooks/` under nbval
+    and JupyterLab); a relative path is relative to the kernel's folder, as always."""
+    if path is None:
+        if not SAMPLE_CAMPAIGN.is_file():
+            raise InputError(SAMPLE_CAMPAIGN, None, "the sample campaign of a checkout (perflib is installed "
+                             "apart from one); pass a campaign file", "no such file")
+        path = SAMPLE_CAMPAIGN
     campaign = load_campaign(path)
     if data_dir is not None:
         campaign = replace_data_dir(campaign, Path(data_dir), None)
