@@ -371,6 +371,7 @@ def write_report(campaign: Campaign, data_dir: Path | None = None, reports_dir: 
         "before_after": fig.plot_before_after(tables, [a.name for a in campaign.compared_arms]),
     }
     figures = {}
+    reports.mkdir(parents=True, exist_ok=True)  # the page's folder, even when no figure makes it
     for name, plot in drawn.items():
         path = fig_dir / f"{name}.png"
         if plot is None:  # nothing to draw: the page leaves the image out, and no stale PNG stays beside it

@@ -242,3 +242,13 @@ def test_page_uses_alt_text_and_leaves_out_what_is_not_drawn(views, tmp_path):
     assert sorted(p.name for p in stale.parent.iterdir()) == ["batch_scaling.png", "before_after.png",
                                                               "decomposition.png"]
     assert "step_over_floor" not in text and "Not measured where the campaign gives no" in text
+
+
+def test_a_page_with_no_figure_at_all_is_still_written(tmp_path):
+    """No run on disk: every figure is None, and the page (with no image) still lands in a new reports folder."""
+    (tmp_path / "c").mkdir()
+    shutil.copy(SAMPLE, tmp_path / "c" / "campaign.yaml")
+    campaign = open_campaign(tmp_path / "c" / "campaign.yaml").campaign
+    page = report.write_report(campaign, reports_dir=tmp_path / "new" / "reports")
+    assert page.is_file() and "![" not in page.read_text()
+    assert not page.with_suffix("").exists()
