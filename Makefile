@@ -4,7 +4,7 @@ PYTHON  ?= python3
 PY      := $(VENV)/bin/python
 PYTEST_ARGS ?=
 
-.PHONY: install demo test lint clean-derived
+.PHONY: install demo test lint screenshot clean-derived
 
 install: $(VENV)/.installed
 
@@ -28,6 +28,10 @@ NBVAL_NOTEBOOKS ?= notebooks/analyze.ipynb notebooks/report.ipynb
 test: install lint
 	$(PY) -m pytest $(PYTEST_ARGS)
 	$(PY) -m pytest --nbval-lax -p no:cacheprovider $(NBVAL_NOTEBOOKS)
+
+# JupyterLab in Debian's headless Chromium runs notebooks/analyze.ipynb; writes docs/jupyterlab-figure.png.
+screenshot: install
+	$(PY) scripts/jupyterlab_screenshot.py
 
 clean-derived:
 	rm -rf data/derived/*

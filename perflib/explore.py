@@ -17,6 +17,7 @@ from perflib import derive
 from perflib import verdicts as verdict_mod
 from perflib.campaign import load_campaign
 from perflib.config import Campaign, replace_data_dir
+from perflib.errors import InputError
 from perflib.report import figures, page
 from perflib.report import tables as page_tables
 
@@ -109,17 +110,29 @@ class CampaignView:
         ctx = verdict_mod.Context.of(self.campaign)
         return [g for gate in self.campaign.gates for g in verdict_mod.evaluate_gate(gate, self.tables, ctx)]
 
-    def plot_batch_scaling(self):
+    # Each plot is the page's figure: a matplotlib Figure made without pyplot (the kernel's backend and
+    # pyplot's figures stay as they were) that shows as a PNG when it is a cell's value, with its alt
+    # text in `.alt`; None, and no output, where there is nothing to draw.
+
+    def plot_batch_scaling(self) -> figures.Plot | None:
+        """Decode step against batch size, one line per arm and context (None: no counters)."""
         return figures.plot_batch_scaling(self.tables)
 
-    def plot_decomposition(self):
+    def plot_decomposition(self) -> figures.Plot | None:
+        """Shares of the decode window per level: own steps, others' prefill, other (None: no records)."""
         return figures.plot_decomposition(self.tables)
 
-    def plot_step_over_floor(self):
+    def plot_step_over_floor(self) -> figures.Plot | None:
+        """Decode step over its memory floor per level (None: no model bytes or bandwidth)."""
         return figures.plot_step_over_floor(self.tables, self.campaign)
 
-    def plot_before_after(self):
+    def plot_before_after(self) -> figures.Plot | None:
+        """Each compared arm per level with min-max whiskers over repeats (None: one arm)."""
         return figures.plot_before_after(self.tables, [a.name for a in self.campaign.compared_arms])
+
+    def plot_profile(self) -> figures.Plot | None:
+        """GPU busy and host gaps per decode step per traced level (None: no kernel trace)."""
+        return figures.plot_profile(self.tables)
 
     def write_derived(self) -> Path:
         derive.write(self.tables, self.campaign.derived_dir())
@@ -131,8 +144,21 @@ class CampaignView:
                                    tables=self.tables)
 
 
-def open_campaign(path: str | Path, data_dir: str | Path | None = None) -> CampaignView:
-    """Open a campaign YAML file; `data_dir` overrides where `raw/` and `derived/` live."""
+SAMPLE_CAMPAIGN = Path(__file__).resolve().parents[1] / "tests" / "data" / "campaign-sample" / "campaign.yaml"
+"""The committed sample capture of a checkout: what the notebooks open by default."""
+
+
+def open_campaign(path: str | Path | None = None, data_dir: str | Path | None = None) -> CampaignView:
+    """Open a campaign YAML file; `data_dir` overrides where `raw/` and `derived/` live.
+
+    None opens the checkout's sample capture (`SAMPLE_CAMPAIGN`), so a notebook's defaults work
+    whatever folder its kernel runs in (the repository root under papermill, `notebooks/` under nbval
+    and JupyterLab); a relative path is relative to the kernel's folder, as always."""
+    if path is None:
+        if not SAMPLE_CAMPAIGN.is_file():
+            raise InputError(SAMPLE_CAMPAIGN, None, "the sample campaign of a checkout (perflib is installed "
+                             "apart from one); pass a campaign file", "no such file")
+        path = SAMPLE_CAMPAIGN
     campaign = load_campaign(path)
     if data_dir is not None:
         campaign = replace_data_dir(campaign, Path(data_dir), None)

@@ -69,7 +69,9 @@ def find_kernel() -> str:
 
     jupyter_client runs a spec whose argv[0] is `python` with the current interpreter, so the
     venv's own `python3` spec qualifies; a `perflib` spec made by
-    `python -m ipykernel install --user --name perflib` is preferred when it points here.
+    `python -m ipykernel install --user --name perflib` is preferred when it points here. Another
+    venv's python resolves to the same base interpreter but imports that venv's perflib, so a path
+    counts only from the same folder.
     """
     from jupyter_client.kernelspec import KernelSpecManager
 
@@ -84,7 +86,8 @@ def find_kernel() -> str:
         if first in {"python", f"python{sys.version_info[0]}", f"python{sys.version_info[0]}.{sys.version_info[1]}"}:
             return True
         with contextlib.suppress(OSError):
-            return Path(first) == exe or Path(first).resolve() == exe.resolve()
+            return Path(first) == exe or (Path(first).parent.resolve() == exe.parent.resolve()
+                                          and Path(first).resolve() == exe.resolve())
         return False
 
     for name in ("perflib", "python3", *sorted(specs)):

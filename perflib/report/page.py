@@ -320,7 +320,7 @@ def _header(campaign: Campaign, data_dir: Path, reports_dir: Path, date: str, ar
 
 
 def build_page_data(campaign: Campaign, tables: DerivedTables, data_dir: Path, reports_dir: Path, date: str,
-                    figures: dict[str, str]) -> dict[str, Any]:
+                    figures: dict[str, dict[str, str]]) -> dict[str, Any]:
     """Everything the template shows, as plain strings already formatted with units."""
     ctx = v.Context.of(campaign)
     verdict_list = v.evaluate(campaign.candidates, tables, ctx)
@@ -363,19 +363,23 @@ def write_report(campaign: Campaign, data_dir: Path | None = None, reports_dir: 
     date = date or (page_date(manifests) if manifests else (trace_date(tables) or "undated"))
     stem = f"{campaign.name}-{date}"
     fig_dir = reports / stem
-    figures = {
-        "batch_scaling": fig.save_figure(fig.plot_batch_scaling(tables), fig_dir / "batch_scaling.png"),
-        "decomposition": fig.save_figure(fig.plot_decomposition(tables), fig_dir / "decomposition.png"),
-        "step_over_floor": fig.save_figure(fig.plot_step_over_floor(tables, campaign), fig_dir / "step_over_floor.png"),
+    drawn = {
+        "batch_scaling": fig.plot_batch_scaling(tables),
+        "profile": fig.plot_profile(tables),
+        "decomposition": fig.plot_decomposition(tables),
+        "step_over_floor": fig.plot_step_over_floor(tables, campaign),
+        "before_after": fig.plot_before_after(tables, [a.name for a in campaign.compared_arms]),
     }
-    compared = [a.name for a in campaign.compared_arms]
-    if len(compared) > 1:
-        figures["before_after"] = fig.save_figure(fig.plot_before_after(tables, compared),
-                                                  fig_dir / "before_after.png")
-    if len(tables.trace_runs):
-        figures["profile"] = fig.save_figure(fig.plot_profile(tables), fig_dir / "profile.png")
-    rel = {k: f"{stem}/{p.name}" for k, p in figures.items()}
-    text = render(build_page_data(campaign, tables, data, reports, date, rel))
+    figures = {}
+    reports.mkdir(parents=True, exist_ok=True)  # the page's folder, even when no figure makes it
+    for name, plot in drawn.items():
+        path = fig_dir / f"{name}.png"
+        if plot is None:  # nothing to draw: the page leaves the image out, and no stale PNG stays beside it
+            path.unlink(missing_ok=True)
+            continue
+        fig.save_figure(plot, path)
+        figures[name] = {"path": f"{stem}/{path.name}", "alt": escape_md(plot.alt)}
+    text = render(build_page_data(campaign, tables, data, reports, date, figures))
     page = reports / f"{stem}.md"
     page.write_text(text)
     return page
