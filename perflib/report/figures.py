@@ -23,6 +23,7 @@ import pandas as pd
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
+from perflib import rundir
 from perflib.config import Campaign
 from perflib.derive import DerivedTables
 from perflib.report.tables import LEVEL_KEYS, floor_table, level_table, trace_level_table
@@ -335,7 +336,5 @@ def png_bytes(fig: Figure) -> bytes:
 
 
 def save_figure(fig: Figure, path: Path) -> Path:
-    """Write `png_bytes(fig)` to `path` (its folder made as needed)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(png_bytes(fig))
-    return path
+    """Write `png_bytes(fig)` to `path` atomically (its folder made as needed)."""
+    return rundir.write_atomic(path, png_bytes(fig))

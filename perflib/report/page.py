@@ -381,5 +381,5 @@ def write_report(campaign: Campaign, data_dir: Path | None = None, reports_dir: 
         figures[name] = {"path": f"{stem}/{path.name}", "alt": escape_md(plot.alt)}
     text = render(build_page_data(campaign, tables, data, reports, date, figures))
     page = reports / f"{stem}.md"
-    page.write_text(text)
+    rundir.write_atomic(page, text)  # another host may be reading it
     return page

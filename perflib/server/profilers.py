@@ -58,10 +58,11 @@ class Capture:
                                    "with `perflib server cupti` (needs nvcc and the CUPTI samples of the CUDA "
                                    "toolkit), or give profiler.library")
             env["CUDA_INJECTION64_PATH"] = str(self.library)
-            cupti_lib = CUDA_HOME / "extras" / "CUPTI" / "lib64"
-            if cupti_lib.is_dir():
-                env["LD_LIBRARY_PATH"] = os.pathsep.join(p for p in (str(cupti_lib), os.environ.get("LD_LIBRARY_PATH"))
-                                                         if p)
+            # libcupti lives in extras/CUPTI/lib64 or, in newer toolkits (the H200's), in lib64
+            found = [str(p) for p in (CUDA_HOME / "extras" / "CUPTI" / "lib64", CUDA_HOME / "lib64") if p.is_dir()]
+            rest = env.get("LD_LIBRARY_PATH") or os.environ.get("LD_LIBRARY_PATH")
+            if found:
+                env["LD_LIBRARY_PATH"] = os.pathsep.join([*found, *([rest] if rest else [])])
             return argv, env, self.directory / "cupti.txt"
         if self.kind == "torch":
             if not self.torch_env:

@@ -9,6 +9,7 @@ set -u
 BUDGET=${1:-570}
 WORK=/tmp/h200
 mkdir -p "$WORK"
+export LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
 export PERFLIB_CACHE=$WORK/cache PERFLIB_LLAMA_SOURCE=$PWD/.carry/llama-src.tar.gz PYTHONUNBUFFERED=1
 [ -d /tmp/site ] || python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl
 export PYTHONPATH=/tmp/site:$PWD
