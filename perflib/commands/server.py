@@ -102,7 +102,7 @@ def _build(args: argparse.Namespace) -> int:
     path = server.ensure_llama_server(progress=True, jobs=args.jobs, backend=args.backend, gpu_arch=args.gpu_arch,
                                       source=Path(args.source) if args.source else None)
     print(f"llama-server: {path}")
-    print(f"version:      {server.llama_server_version(path)}")
+    print(server.llama_server_version(path))
     return 0
 
 

@@ -164,15 +164,17 @@ def raw_links(campaign: Campaign, data_dir: Path, page_dir: Path) -> list[dict[s
     return links
 
 
-def see_also_links(entries: Sequence[str], reports_dir: Path) -> list[dict[str, str]]:
+def see_also_links(entries: Sequence[str], reports_dir: Path, own: str = "") -> list[dict[str, str]]:
     """Other pages to link: URLs as given; paths relative to the reports folder, where a glob
-    (`h200-pytorch-*.md`) picks the newest match; a page not there yet is listed without a link."""
+    (`h200-pytorch-*.md`) picks the newest match that is not a page of this campaign (`own`: its
+    name); a page not there yet is listed without a link."""
     out = []
     for entry in entries:
         if "://" in entry:
             out.append({"href": entry, "label": escape_md(entry), "note": ""})
             continue
-        matches = sorted(p for p in Path(reports_dir).glob(entry) if p.is_file())
+        matches = sorted(p for p in Path(reports_dir).glob(entry) if p.is_file()
+                         and not (own and re.fullmatch(rf"{re.escape(own)}-\d{{4}}-\d{{2}}-\d{{2}}\.md", p.name)))
         if matches:
             rel = os.path.relpath(matches[-1], reports_dir).replace(os.sep, "/")
             out.append({"href": rel, "label": escape_md(rel), "note": ""})
@@ -315,7 +317,7 @@ def _header(campaign: Campaign, data_dir: Path, reports_dir: Path, date: str, ar
         "links": [{**link, "label": escape_md(link["label"]), "errors": escape_md(link["errors"])}
                   for link in raw_links(campaign, data_dir, page_dir)],
         "derived": os.path.relpath(campaign.derived_dir(data_dir), page_dir).replace(os.sep, "/") + "/",
-        "see_also": see_also_links(campaign.see_also, page_dir),
+        "see_also": see_also_links(campaign.see_also, page_dir, campaign.name),
     }
 
 
