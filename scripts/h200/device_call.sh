@@ -4,15 +4,21 @@
 # (.carry/llama-src.tar.gz, from scripts/h200/trim_source.sh). The campaign runs in its own session so
 # that it outlives the call; call again within the machine's 30 s warm window to wait for the rest.
 # What exists is copied to $OUT each time (partial results too).
-#   run(command="bash scripts/h200/device_call.sh 570", carry=[".whl", ".carry/llama-src.tar.gz"])
+#   run(command="bash scripts/h200/device_call.sh 570", carry=[".whl", ".carry/llama-src.tar.gz", ".carry/partial"])
 set -u
 BUDGET=${1:-570}
 WORK=/tmp/h200
+[ "${RESTART:-}" = 1 ] && rm -f "$WORK/finished" "$WORK/pid"
 mkdir -p "$WORK"
 export LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
 export PERFLIB_CACHE=$WORK/cache PERFLIB_LLAMA_SOURCE=$PWD/.carry/llama-src.tar.gz PYTHONUNBUFFERED=1
 [ -d /tmp/site ] || python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl
 export PYTHONPATH=/tmp/site:$PWD
+# data and page outside the checkout: the next call re-syncs the checkout and would delete them
+export CAMPAIGN_ARGS="--data $WORK/data --reports $WORK/reports"
+mkdir -p "$WORK/data/raw"
+[ -d .carry/partial/cuda-h200-batch ] && [ ! -d "$WORK/data/raw/cuda-h200-batch" ] && \
+  cp -r .carry/partial/cuda-h200-batch "$WORK/data/raw/"   # runs an earlier machine completed
 if [ ! -f "$WORK/pid" ] || ! kill -0 "$(cat "$WORK/pid")" 2>/dev/null; then
   [ -f "$WORK/finished" ] || {
     setsid nohup bash -c 'bash scripts/h200/campaign.sh; echo "exit $?" > '"$WORK/finished" \
@@ -25,7 +31,7 @@ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader > 
 cp "$WORK/campaign.log" "$WORK/gpu.txt" "$OUT/" 2>/dev/null
 tail -80 "$WORK"/cache/build-cuda.log > "$OUT/build-tail.log" 2>/dev/null
 # the run folders and the page; lifetime captures stay behind (the cut traces are in the run folders)
-tar czf "$OUT/results.tgz" --exclude='*/capture/*' data/raw/cuda-h200-batch data/derived/cuda-h200-batch \
-  reports/cuda-h200-batch-* 2>/dev/null
+tar czf "$OUT/results.tgz" -C "$WORK" --exclude='*/capture/*' data/raw/cuda-h200-batch data/derived/cuda-h200-batch \
+  reports 2>/dev/null
 ls -la "$OUT"
 [ -f "$WORK/finished" ] && echo "CAMPAIGN FINISHED: $(cat "$WORK/finished")" || echo "STILL RUNNING"
