@@ -16,7 +16,7 @@ from typing import Any
 
 import pandas as pd
 
-from perflib import attribution, classes, rundir, runs, traces
+from perflib import attribution, checks, classes, rundir, runs, traces
 from perflib.config import Campaign, RunSpec
 from perflib.errors import InputError, PerflibError
 
@@ -153,8 +153,9 @@ def _add(parts: dict[str, list[pd.DataFrame]], tables: dict[str, pd.DataFrame]) 
 
 
 def _run_folder_rows(campaign: Campaign, parts: dict[str, list[pd.DataFrame]], notes: list[str]) -> list[dict]:
-    """runs.csv rows of every run folder, and the trace tables of the complete ones."""
-    rows = []
+    """runs.csv rows of every run folder (with `left_out`, `perflib.checks`), and the trace tables of
+    the runs that enter the medians."""
+    rows, where = [], []
     for found in campaign.run_folders():
         arm, backend, run_dir = found.arm, found.backend, found.path
         try:
@@ -169,14 +170,20 @@ def _run_folder_rows(campaign: Campaign, parts: dict[str, list[pd.DataFrame]], n
             notes.append(f"{arm}/{backend}/{run_dir.name}: not summarised: {exc}")
             row = {**keys, "status": manifest.get("status", "incomplete")}
         rows.append(row)
-        if str(row.get("status", "incomplete")) != "complete":
+        where.append((arm, backend, run_dir, keys))
+    frame = pd.DataFrame(rows)
+    out_why = checks.left_out(frame) if len(frame) else pd.Series(dtype=object)
+    for i, (row, (arm, backend, run_dir, keys)) in enumerate(zip(rows, where, strict=True)):
+        row["left_out"] = out_why.iloc[i] if len(out_why) else ""
+        if str(row.get("status", "incomplete")) != "complete" or row["left_out"]:
             # a crashed or contended level's trace must not enter the medians and verdicts
-            notes.append(f"{arm}/{backend}/{run_dir.name}: run incomplete, its trace is not attributed")
+            why = "incomplete" if not row["left_out"] else row["left_out"].split(";")[0]
+            notes.append(f"{arm}/{backend}/{run_dir.name}: run {why}, its trace is not attributed")
             continue
-        tables, why = trace_rows(campaign, arm, backend, run_dir, keys, row.get("decode_steps"))
+        tables, reason = trace_rows(campaign, arm, backend, run_dir, keys, row.get("decode_steps"))
         if tables is None:
-            if why and why not in notes:
-                notes.append(why)
+            if reason and reason not in notes:
+                notes.append(reason)
             continue
         _add(parts, tables)
     return rows

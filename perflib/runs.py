@@ -94,10 +94,13 @@ def steady_step(records: Sequence[Mapping[str, Any]], min_samples: int = MIN_STE
 
 @dataclass(frozen=True)
 class Decomposition:
-    """Each request's decode window split into own steps, others' prefill and the rest.
+    """Each request's decode window split into own steps, others' prefill, their overlap and the rest.
 
     Shares are medians over the requests (each request's part / its window); `per_request`
-    holds `request_id, window_ms, own_ms, prefill_ms, other_ms`.
+    holds `request_id, window_ms, own_ms, prefill_ms, overlap_ms, other_ms`. Where the own steps
+    and the others' prefill together exceed the window (llama.cpp batches prefill rows with decode
+    rows, so one step is both), the excess is `overlap`, counted in both: own + prefill − overlap +
+    other = 100%, and no share is negative while the own steps fit the window.
     """
 
     own_step_share: float | None
@@ -106,12 +109,14 @@ class Decomposition:
     window_ms: float | None
     per_request: list[dict[str, Any]]
     reason: str | None = None
+    overlap_share: float | None = None
 
 
 def decode_window_decomposition(records: Sequence[Mapping[str, Any]], step_ms: float | None) -> Decomposition:
     """docs/SCHEMA.md §4: own = (n − 1) × steady step; prefill = the window's overlap with the
-    union of the OTHER requests' [start, first token]; other = window − own − prefill (negative
-    when the own steps over-explain the window, which is reported, not clamped).
+    union of the OTHER requests' [start, first token]; overlap = the part of own + prefill beyond
+    the window (at most the prefill: steps that were both); other = window − own − prefill + overlap.
+    Other is negative only where the own steps alone exceed the window, which is reported, not clamped.
 
     Requests without a decode window (no tokens, n ≤ 1) are skipped. The prefill intervals of the
     others are taken from every request that reached its first token.
@@ -132,12 +137,14 @@ def decode_window_decomposition(records: Sequence[Mapping[str, Any]], step_ms: f
         window_ns = hi - lo
         prefill_ns = covered_ns(lo, hi, gs, ge)
         own_ns = (int(rec["completion_tokens"]) - 1) * step_ms * 1e6 if step_ms is not None else None
+        overlap_ns = min(prefill_ns, max(0.0, own_ns + prefill_ns - window_ns)) if own_ns is not None else None
         per_request.append({
             "request_id": rec.get("request_id"),
             "window_ms": window_ns / 1e6,
             "own_ms": own_ns / 1e6 if own_ns is not None else None,
             "prefill_ms": prefill_ns / 1e6,
-            "other_ms": (window_ns - own_ns - prefill_ns) / 1e6 if own_ns is not None else None,
+            "overlap_ms": overlap_ns / 1e6 if overlap_ns is not None else None,
+            "other_ms": (window_ns - own_ns - prefill_ns + overlap_ns) / 1e6 if own_ns is not None else None,
         })
     window_ms = statistics.median(p["window_ms"] for p in per_request)
     prefill_share = statistics.median(p["prefill_ms"] / p["window_ms"] for p in per_request)
@@ -145,7 +152,8 @@ def decode_window_decomposition(records: Sequence[Mapping[str, Any]], step_ms: f
         return Decomposition(None, prefill_share, None, window_ms, per_request, "no steady step")
     own_share = statistics.median(p["own_ms"] / p["window_ms"] for p in per_request)
     other_share = statistics.median(p["other_ms"] / p["window_ms"] for p in per_request)
-    return Decomposition(own_share, prefill_share, other_share, window_ms, per_request, None)
+    overlap_share = statistics.median(p["overlap_ms"] / p["window_ms"] for p in per_request)
+    return Decomposition(own_share, prefill_share, other_share, window_ms, per_request, None, overlap_share)
 
 
 # --------------------------------------------------------------------------------------------
@@ -162,7 +170,7 @@ RUNS_COLUMNS = (
 
 EXTRA_COLUMNS = (
     "decode_tokens_requested", "timings_step_ms", "steady_step_samples", "steady_step_burst_share",
-    "steady_step_reason",
+    "steady_step_reason", "overlap_share", "client_decode_tokens", "contended", "contention_why",
     "metrics_available", "metrics_absent", "errors",
 )
 """Columns `summarize_run` adds after the SCHEMA ones (an extension, not a change)."""
@@ -206,8 +214,10 @@ def summarize_run(run_dir: Path | str) -> dict[str, Any]:
                steady_step_burst_share=steady.burst_share, steady_step_reason=steady.reason)
     parts = decode_window_decomposition(ok, steady.step_ms)
     row.update(own_step_share=parts.own_step_share, prefill_share=parts.prefill_share,
-               other_share=parts.other_share, window_ms=parts.window_ms)
+               other_share=parts.other_share, overlap_share=parts.overlap_share, window_ms=parts.window_ms)
     row.update(_counter_figures(run_dir, manifest, records))
+    seen = manifest.get("contention") if isinstance(manifest.get("contention"), dict) else {}
+    row.update(contended=bool(seen.get("contended")), contention_why=seen.get("why") or None)
     return row
 
 
@@ -234,6 +244,8 @@ def _client_figures(ok: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
             predicted_ms += ms
             predicted_steps += n - 1
     out["timings_step_ms"] = predicted_ms / predicted_steps if predicted_steps else None
+    # the decode tokens the client saw: the first token of each request came from its prefill
+    out["client_decode_tokens"] = sum(max(0, int(r.get("completion_tokens") or 0) - 1) for r in ok) if ok else None
     return out
 
 

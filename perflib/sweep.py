@@ -77,6 +77,8 @@ def run_level(
     timeout: float = 600.0,
     ignore_eos: bool = True,
     extra_body: Mapping[str, Any] | None = None,
+    contention: bool = True,
+    contention_threshold: float = load.CPU_THRESHOLD,
 ) -> LevelResult:
     """Measure one (batch, context, repeat) run into `<out_dir>/b<batch>_c<context>_r<repeat>/`.
 
@@ -89,6 +91,11 @@ def run_level(
 
     Faults never raise: the manifest lists them and says `incomplete` (that includes `/metrics`
     being off: the client records are kept, the counters are marked unavailable).
+
+    With `contention` (the default) the level samples what else uses this machine while it runs
+    (`perflib.load.contention`: other processes' CPU, load, steal; the server found by its listening
+    port is not "other") into `manifest["contention"]`; a contended level stays complete and says so,
+    and `perflib campaign run` redoes it.
     """
     run_dir = rundir.run_dir(out_dir, batch, context, repeat)
     if rundir.is_complete(run_dir):
@@ -112,6 +119,9 @@ def run_level(
                            unreachable=True, moved_aside=moved)
 
     log_start = _log_size(server)
+    sampler = load.ContentionSampler(_own_pids(base_url, server), threshold=contention_threshold)
+    if contention:
+        sampler.start()
     try:
         outcome = load.run_sync(load.run_level_async(
             base_url, batch, context, decode_tokens, repeat, rundir.RunWriter(run_dir),
@@ -120,7 +130,10 @@ def run_level(
             timeout=timeout,
         ))
     finally:
+        seen = sampler.stop() if contention else None
         _copy_log_slice(server, log_start, run_dir / rundir.SERVER_LOG)
+    manifest["contention"] = seen.as_dict() if seen is not None else {"available": False, "contended": False,
+                                                                       "note": "not sampled (--no-contention)"}
     manifest.update({
         "clocks": outcome.clocks,
         "prompt_tokens": outcome.prompt_tokens,
@@ -146,6 +159,24 @@ def _started_manifest(base_url: str, endpoint: str, batch: int, context: int, de
         "status": rundir.INCOMPLETE, "errors": ["level started but did not finish"],
         "metrics": None, "warmup_ok": None,
     }
+
+
+def _own_pids(base_url: str, server: Any) -> set[int]:
+    """The server's processes, which are not contention: the one perflib started, and whatever
+    listens on the URL's port where the URL is this host."""
+    from urllib.parse import urlsplit
+
+    pids: set[int] = set()
+    process = getattr(server, "process", None)
+    if process is not None:
+        pids.add(process.pid)
+    started = getattr(server, "started", None) or {}
+    if isinstance(started.get("pid"), int):
+        pids.add(started["pid"])
+    parts = urlsplit(base_url)
+    if parts.hostname in ("127.0.0.1", "localhost", "::1", "0.0.0.0") and parts.port:
+        pids |= load.listening_pids(parts.port)
+    return pids
 
 
 def _server_version(server: Any) -> str | None:

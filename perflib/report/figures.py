@@ -23,7 +23,7 @@ import pandas as pd
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from perflib import rundir
+from perflib import checks, rundir
 from perflib.config import Campaign
 from perflib.derive import DerivedTables
 from perflib.report.tables import LEVEL_KEYS, floor_table, level_table, trace_level_table
@@ -252,7 +252,7 @@ def spread_table(tables: DerivedTables, columns: Sequence[str]) -> pd.DataFrame:
     if runs is None or not len(runs):
         return pd.DataFrame(columns=out_cols)
     if "status" in runs.columns:
-        runs = runs[runs["status"].astype(str) == "complete"]
+        runs = checks.usable(runs)
     runs = runs.assign(**{c: pd.to_numeric(runs[c], errors="coerce") for c in columns})
     grouped = runs.groupby(LEVEL_KEYS, sort=True, dropna=False)[list(columns)]
     out = grouped.min().add_suffix("_min").join(grouped.max().add_suffix("_max")).reset_index()

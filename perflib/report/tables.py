@@ -14,7 +14,7 @@ from typing import Any
 
 import pandas as pd
 
-from perflib import derive
+from perflib import checks, derive
 from perflib.config import Campaign, read_campaign
 from perflib.derive import GAP_ORDER, DerivedTables
 from perflib.verdicts import floor_ms
@@ -39,7 +39,7 @@ def level_table(tables: DerivedTables) -> pd.DataFrame:
     """One row per level: medians over complete repeats of the client, counter and trace figures."""
     runs = tables.runs
     if len(runs) and "status" in runs.columns:
-        runs = runs[runs["status"].astype(str) == "complete"]
+        runs = checks.usable(runs)
     cols = ["decode_tok_s", "decode_step_ms", "steady_step_ms", "raw_step_ms", "occupancy", "prefill_chunks",
             "mixed_steps", "ttft_ms", "aggregate_tok_s", "own_step_share", "prefill_share", "other_share"]
     levels = _median_levels(runs, cols)
@@ -303,7 +303,7 @@ def absent_counters(tables: DerivedTables) -> list[str]:
     runs = tables.runs
     if runs is None or not len(runs):
         return []
-    runs = runs[runs["status"].astype(str) == "complete"] if "status" in runs.columns else runs
+    runs = checks.usable(runs) if "status" in runs.columns else runs
     if not len(runs):
         return []
     return [c for c in ("prefill_chunks", "mixed_steps", "occupancy", "decode_step_ms")

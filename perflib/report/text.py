@@ -29,7 +29,12 @@ def fmt(value: Any, spec: str = ".1f", unit: str = "") -> str:
         return escape_md(value)
     if math.isnan(number):
         return "n/a"
-    return f"{number:{spec}}{unit}"
+    if math.isinf(number):
+        return ("" if number > 0 else "-") + "inf" + unit
+    text = f"{number:{spec}}"
+    if text.startswith("-") and not text.strip("-0.,"):  # -0.0: a rounding, not a sign
+        text = text[1:]
+    return text + unit
 
 
 def int_or_na(value: Any) -> str:
@@ -40,4 +45,7 @@ def int_or_na(value: Any) -> str:
 
 
 def pct(value: Any) -> str:
-    return "n/a" if value is None or (isinstance(value, float) and math.isnan(value)) else f"{100 * float(value):.1f}%"
+    """A fraction as a percentage with one decimal, 'n/a' where missing."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "n/a"
+    return fmt(100 * float(value), ".1f", "%")

@@ -12,6 +12,7 @@ from typing import Any
 
 import pandas as pd
 
+from perflib import checks
 from perflib.classes import builtin_class_names, load_class_file
 from perflib.config import Campaign, CandidateSpec, GateSpec, parse_threshold
 from perflib.derive import DerivedTables
@@ -36,13 +37,16 @@ class Verdict:
     text: str
     threshold: str
     why: str = ""
+    suspect: str = ""
+    """Why the levels this verdict rests on are suspect or lost runs (`perflib.checks`), or ''."""
 
     @property
     def evidence(self) -> str:
         """The number and the threshold, e.g. 'host gaps 3.1 of 65.9 ms per step (4.7%): ruled out (< 15%)'."""
         if self.outcome == NOT_MEASURED:
-            return f"not measured ({self.why})"
-        return f"{self.text}: {self.outcome} ({self.threshold})"
+            return f"not measured ({self.why})" + (f"; {self.suspect}" if self.suspect else "")
+        return f"{self.text}: {self.outcome} ({self.threshold})" + (f"; SUSPECT: {self.suspect}" if self.suspect
+                                                                        else "")
 
     @property
     def line(self) -> str:
@@ -51,7 +55,7 @@ class Verdict:
     def to_dict(self) -> dict[str, Any]:
         return {"candidate": self.candidate, "label": self.label, "scope": self.scope, "measure": self.measure,
                 "outcome": self.outcome, "value": self.value, "text": self.text, "threshold": self.threshold,
-                "why": self.why, "evidence": self.evidence, "line": self.line}
+                "why": self.why, "suspect": self.suspect, "evidence": self.evidence, "line": self.line}
 
 
 def decide(value: float | None, confirmed: str, ruled_out: str, unit: str) -> tuple[str, str]:
@@ -134,12 +138,23 @@ def scopes(candidate: CandidateSpec, ctx: Context) -> list[Scope]:
     return out
 
 
-def evaluate_candidate(candidate: CandidateSpec, tables: DerivedTables, ctx: Context) -> list[Verdict]:
+RATIO_MEASURES = frozenset({"step_ratio", "step_scaling", "gap_scaling", "class_scaling"})
+"""Measurements that divide batch B by batch 1: they rest on both levels."""
+
+
+def evaluate_candidate(candidate: CandidateSpec, tables: DerivedTables, ctx: Context,
+                       level_checks: pd.DataFrame | None = None) -> list[Verdict]:
     """Verdicts of one candidate, one per scope; a fallback measurement decides where the main
-    one could not be measured."""
+    one could not be measured. A verdict says which of the levels it rests on are suspect."""
+    if level_checks is None:
+        level_checks = checks.level_checks(tables.runs, tables.trace_runs)
     verdicts = []
     for scope in scopes(candidate, ctx):
-        verdicts.append(_evaluate_at(candidate, tables, scope))
+        verdict = _evaluate_at(candidate, tables, scope)
+        batches = [scope.batch, 1] if verdict.measure in RATIO_MEASURES else [scope.batch]
+        reasons = checks.suspect_reasons(level_checks, [scope.arm, scope.baseline], scope.backend, batches,
+                                         scope.context)
+        verdicts.append(replace(verdict, suspect="; ".join(reasons)) if reasons else verdict)
     return verdicts
 
 
@@ -165,14 +180,16 @@ def _evaluate_at(candidate: CandidateSpec, tables: DerivedTables, scope: Scope) 
 def evaluate(candidates: Any, tables: DerivedTables, ctx: Context) -> list[Verdict]:
     """Verdicts of all candidates, in the campaign's order."""
     out: list[Verdict] = []
+    level_checks = checks.level_checks(tables.runs, tables.trace_runs)
     for cand in candidates:
-        out.extend(evaluate_candidate(cand, tables, ctx))
+        out.extend(evaluate_candidate(cand, tables, ctx, level_checks))
     return out
 
 
 def verdict_table(verdicts: list[Verdict]) -> pd.DataFrame:
     """One row per verdict: candidate, scope, outcome, the measurement sentence, the threshold."""
-    cols = ["candidate", "label", "scope", "measure", "outcome", "value", "text", "threshold", "why", "evidence", "line"]
+    cols = ["candidate", "label", "scope", "measure", "outcome", "value", "text", "threshold", "why", "suspect",
+            "evidence", "line"]
     return pd.DataFrame([v.to_dict() for v in verdicts], columns=cols)
 
 

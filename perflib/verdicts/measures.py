@@ -96,6 +96,8 @@ def _select(frame: pd.DataFrame, scope: Scope, batch: int | None = None, arm: st
             mask &= frame[key].astype(str) == str(value)
     if "status" in frame.columns:
         mask &= frame["status"].astype(str) == "complete"
+    if "left_out" in frame.columns:  # contended runs never decide (perflib.checks)
+        mask &= frame["left_out"].fillna("").astype(str) == ""
     return frame[mask]
 
 

@@ -238,3 +238,34 @@ def test_two_runners_as_two_hosts_share_one_data_folder(tmp_path, llama_server_b
     both = [json.loads(p.communicate(timeout=600)[0]) for p in (c, d)]
     measured = [label for out in both for label in out["done"]]
     assert sorted(measured) == sorted(set(measured)) and len(measured) == 4  # each run measured once
+
+
+def test_a_run_contended_by_a_competing_cpu_job_is_redone_once_the_machine_is_quiet(
+        tmp_path, llama_server_binary, tiny_model):
+    """A real load generator (two busy loops, one per core) runs during the first attempt; the runner
+    sees it in the manifest's contention record, keeps that attempt aside, waits for a quiet machine
+    and measures the run again."""
+    path = write_campaign(tmp_path, llama_server_binary, LLAMA, batches="[1]", decode=48)
+    arm_dir = tmp_path / "data" / "raw" / "started" / "default" / "cpu"
+    burn = "import time\nend = time.monotonic() + 300\nwhile time.monotonic() < end: pass"
+    burners = [subprocess.Popen([sys.executable, "-c", burn]) for _ in range(2)]
+    proc = runner(path, "--no-report")
+    try:
+        wait_for(lambda: (arm_dir / "b1_c32_r1.contended-1").is_dir(), timeout=300, what="a contended attempt")
+        for b in burners:
+            b.kill()
+        out, err = proc.communicate(timeout=300)
+    finally:
+        for b in burners:
+            b.kill()
+        proc.kill()
+    assert proc.returncode == 0, err
+    report = json.loads(out)
+    assert report["done"] == ["default/cpu/b1_c32_r1"]
+    assert report["contended"][0].startswith("default/cpu/b1_c32_r1 attempt 1: contended: other processes used")
+    aside = rundir.read_manifest(arm_dir / "b1_c32_r1.contended-1")
+    assert aside["contention"]["contended"] and aside["contention"]["top"]  # who it was, kept
+    assert {b.pid for b in burners} <= {t["pid"] for t in aside["contention"]["top"]}
+    final = rundir.read_manifest(arm_dir / "b1_c32_r1")
+    assert final["status"] == "complete"  # measured again once the burners were gone
+    assert not ({b.pid for b in burners} & {t["pid"] for t in final["contention"]["top"]})

@@ -17,7 +17,7 @@ def _without_date(text: str) -> str:
 
 @pytest.mark.parametrize("campaign", ["cpu-reference"])
 def test_committed_page_rebuilds_from_raw_data(campaign, tmp_path, capsys):
-    pages = sorted((REPO / "reports").glob(f"{campaign}-*.md"))
+    pages = sorted((REPO / "reports").glob(f"{campaign}-[0-9][0-9][0-9][0-9]-*.md"))
     assert pages, f"no committed page reports/{campaign}-*.md"
     committed = pages[-1]
     shutil.copytree(REPO / "data" / "raw" / campaign, tmp_path / "data" / "raw" / campaign)
@@ -28,7 +28,7 @@ def test_committed_page_rebuilds_from_raw_data(campaign, tmp_path, capsys):
     code = main(["campaign", "report", str(REPO / "campaigns" / f"{campaign}.yaml"),
                  "--data", str(tmp_path / "data"), "--reports", str(tmp_path / "reports")])
     assert code == 0, capsys.readouterr().err
-    rebuilt = sorted((tmp_path / "reports").glob(f"{campaign}-*.md"))
+    rebuilt = sorted((tmp_path / "reports").glob(f"{campaign}-[0-9][0-9][0-9][0-9]-*.md"))
     assert len(rebuilt) == 1
     assert _without_date(rebuilt[0].read_text()) == _without_date(committed.read_text())
     figures = committed.with_suffix("")

@@ -22,7 +22,7 @@ CAMPAIGNS = ("cuda-h200", "h200-pytorch", "cpu-reference")
 
 
 def _committed_page(name: str) -> Path:
-    pages = sorted((REPO / "reports").glob(f"{name}-*.md"))
+    pages = sorted((REPO / "reports").glob(f"{name}-[0-9][0-9][0-9][0-9]-*.md"))
     if not pages:
         pytest.fail(f"no committed page reports/{name}-*.md (run `perflib campaign report campaigns/{name}.yaml`)")
     return pages[-1]

@@ -80,5 +80,23 @@ def test_decomposition_matches_hand_computed_overlaps():
     assert no_step.own_step_share is None and no_step.prefill_share == parts.prefill_share
 
 
+def test_decomposition_shows_the_overlap_of_own_steps_and_prefill_and_adds_up():
+    """llama.cpp puts other requests' prefill rows into the same steps as the decode rows: own steps
+    and prefill together exceed the window, and the excess is the overlap, not a negative rest."""
+    ms = 1_000_000
+    a = {"request_id": "a", "start_ns": 0, "first_token_ns": 10 * ms, "last_token_ns": 110 * ms,
+         "completion_tokens": 21}  # 20 steps of 4.5 ms = 90 ms of a 100 ms window
+    b = {"request_id": "b", "start_ns": 0, "first_token_ns": 40 * ms, "last_token_ns": 140 * ms,
+         "completion_tokens": 21}  # its prefill covers [10, 40] of a's window: 30 ms
+    parts = runs.decode_window_decomposition([a, b], step_ms=4.5)
+    p = {r["request_id"]: r for r in parts.per_request}["a"]
+    assert (p["own_ms"], p["prefill_ms"]) == (pytest.approx(90.0), pytest.approx(30.0))
+    assert p["overlap_ms"] == pytest.approx(20.0)  # 90 + 30 − 100
+    assert p["other_ms"] == pytest.approx(0.0)
+    for r in parts.per_request:  # every request's terms add up to its window, none negative
+        assert r["own_ms"] + r["prefill_ms"] - r["overlap_ms"] + r["other_ms"] == pytest.approx(r["window_ms"])
+        assert min(r["own_ms"], r["prefill_ms"], r["overlap_ms"], r["other_ms"]) >= -1e-9
+
+
 # ---------------------------------------------------------------------------------------------
 # Prompt fitting (the sizing arithmetic; the server's real /tokenize is exercised in

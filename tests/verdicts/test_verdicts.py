@@ -15,6 +15,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from perflib import checks
 from perflib import verdicts as v
 from perflib.config import CandidateSpec, FallbackSpec, GateSpec, read_playbook
 from perflib.derive import DerivedTables, normalize
@@ -88,6 +89,27 @@ def test_incomplete_runs_do_not_count():
     rows = [{"batch": 1, "decode_step_ms": 10.0}, {"batch": 4, "decode_step_ms": 50.0, "status": "incomplete"}]
     (verdict,) = v.evaluate([_cand("step_ratio", ">= 3", "< 1.5")], DerivedTables(runs=_runs(rows)), _ctx())
     assert verdict.outcome == v.NOT_MEASURED and "batch 4" in verdict.why
+
+
+def test_contended_runs_never_decide_and_a_suspect_level_says_so():
+    """The demo on a loaded machine: the contended batch-4 repeat (6x faster) is left out; batch 1's
+    repeats spread 30x, so the verdict stands but says it rests on a suspect level."""
+    why = "contended: other processes used 90% of the 2 CPUs"
+    rows = [{"batch": 1, "repeat": 1, "decode_step_ms": 4.7}, {"batch": 1, "repeat": 2, "decode_step_ms": 143.5},
+            {"batch": 4, "repeat": 1, "decode_step_ms": 20.0},
+            {"batch": 4, "repeat": 2, "decode_step_ms": 0.8, "contended": True, "contention_why": why}]
+    frame = _runs(rows)
+    frame["left_out"] = checks.left_out(frame)
+    (verdict,) = v.evaluate([_cand("step_ratio", ">= 2", "< 1.5")], DerivedTables(runs=frame), _ctx())
+    assert "20.0 ms at batch 4" in verdict.text  # the 0.8 ms contended repeat did not enter the median
+    assert "spread: repeats' decode step 4.70-143.50 ms" in verdict.suspect
+    assert "a b4 c256: 1 of 2 runs used, 1 left out (contended" in verdict.suspect
+    assert "SUSPECT:" in verdict.evidence
+    only = _runs([{"batch": 1, "decode_step_ms": 5.0}, {"batch": 4, "decode_step_ms": 0.8, "contended": True,
+                                                       "contention_why": why}])
+    only["left_out"] = checks.left_out(only)
+    (verdict,) = v.evaluate([_cand("step_ratio", ">= 2", "< 1.5")], DerivedTables(runs=only), _ctx())
+    assert verdict.outcome == v.NOT_MEASURED and "0 of 1 runs used, 1 left out (contended" in verdict.evidence
 
 
 def test_step_over_floor_uses_bytes_and_bandwidth():

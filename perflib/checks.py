@@ -1,0 +1,167 @@
+"""Each level's figures checked against independent measures, and contended runs left out.
+
+A shared machine, a server that splits its batch, or a trace whose steps were miscounted all give a
+figure that looks fine and is wrong. These checks compare what was measured two ways:
+
+| check | compares | must hold |
+| --- | --- | --- |
+| `tokens` | the server's Δdecode tokens against the client's Σ (completion tokens − 1) | within 2% |
+| `counter_vs_client` | at batch 1: the counter step against the client's steady step | within 0.8–1.25× |
+| `timings_vs_counter` | at batch 1: the responses' `timings` step against the counter step | within 0.9–1.1× |
+| `spread` | the repeats' decode step, slowest over fastest | at most 1.5× |
+| `trace_steps` | the trace's step count in its decode window against that window over the client's steady step | 0.75–1.33× |
+
+A level that fails a check is *suspect*: the page says why beside the level and beside every
+verdict that rests on it. A run whose manifest says it was contended (`perflib.load.contention`:
+other processes used the CPUs) is *left out* of every median and verdict, and counted as such.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import pandas as pd
+
+LEVEL_KEYS = ["arm", "backend", "batch", "context"]
+LIMITS = {"tokens": (0.98, 1.02), "counter_vs_client": (0.8, 1.25), "timings_vs_counter": (0.9, 1.1),
+          "spread": (1.0, 1.5), "trace_steps": (0.75, 1.33)}
+"""Each check's accepted range of its ratio."""
+
+
+def _flag(frame: pd.DataFrame, column: str) -> pd.Series:
+    if column not in frame.columns:
+        return pd.Series(False, index=frame.index)
+    return frame[column].map(lambda v: str(v).lower() in ("true", "1", "1.0"))
+
+
+def left_out(runs: pd.DataFrame) -> pd.Series:
+    """Per run: why it is left out of medians and verdicts ('' where it is used). Incomplete runs
+    are not counted here: they never enter."""
+    out = pd.Series("", index=runs.index, dtype=object)
+    if not len(runs):
+        return out
+    contended = _flag(runs, "contended")
+    complete = runs["status"].astype(str) == "complete" if "status" in runs.columns else True
+    why = runs["contention_why"] if "contention_why" in runs.columns else pd.Series("", index=runs.index)
+    for idx in runs.index[contended & complete]:
+        text = str(why.get(idx) or "contended")
+        out[idx] = text if text.startswith("contended") else f"contended: {text}"
+    return out
+
+
+def usable(runs: pd.DataFrame) -> pd.DataFrame:
+    """The runs that enter medians and verdicts: complete and not left out."""
+    if runs is None or not len(runs):
+        return runs
+    keep = runs["status"].astype(str) == "complete" if "status" in runs.columns else pd.Series(True, index=runs.index)
+    if "left_out" in runs.columns:
+        keep &= runs["left_out"].fillna("").astype(str) == ""
+    return runs[keep]
+
+
+def _num(frame: pd.DataFrame, column: str) -> pd.Series:
+    return pd.to_numeric(frame[column], errors="coerce") if column in frame.columns else pd.Series(dtype=float)
+
+
+def _ratio_check(name: str, value: float | None, text: str) -> str | None:
+    lo, hi = LIMITS[name]
+    if value is None or pd.isna(value) or lo <= value <= hi:
+        return None
+    return f"{name}: {text} ({value:.2f}x; expected {lo:g}-{hi:g}x)"
+
+
+def _level_failures(used: pd.DataFrame, traced: pd.DataFrame, batch: int) -> list[str]:
+    """The failed checks of one level's used runs (and its traced runs)."""
+    fails: list[str] = []
+    tokens, seen = _num(used, "decode_tokens"), _num(used, "client_decode_tokens")
+    for (_, row), server, client in zip(used.iterrows(), tokens, seen, strict=False):
+        if pd.notna(server) and pd.notna(client) and client > 0:
+            fails.append(_ratio_check("tokens", server / client, f"r{row.get('repeat')}: the server counted "
+                                      f"{server:,.0f} decode tokens, the client saw {client:,.0f}") or "")
+    step, steady = _num(used, "decode_step_ms").median(), _num(used, "steady_step_ms").median()
+    if batch == 1 and pd.notna(step) and pd.notna(steady) and steady > 0:
+        fails.append(_ratio_check("counter_vs_client", step / steady, f"counter step {step:.2f} ms against the "
+                                  f"client's steady step {steady:.2f} ms") or "")
+    timings = _num(used, "timings_step_ms").median()
+    if batch == 1 and pd.notna(timings) and pd.notna(step) and step > 0:
+        fails.append(_ratio_check("timings_vs_counter", timings / step, f"timings step {timings:.2f} ms against "
+                                  f"the counter step {step:.2f} ms") or "")
+    steps = _num(used, "decode_step_ms").dropna()
+    if len(steps) >= 2 and steps.min() > 0:
+        fails.append(_ratio_check("spread", steps.max() / steps.min(), f"repeats' decode step "
+                                  f"{steps.min():.2f}-{steps.max():.2f} ms") or "")
+    fails += _trace_step_failures(used, traced)
+    return [f for f in fails if f]
+
+
+def _trace_step_failures(used: pd.DataFrame, traced: pd.DataFrame) -> list[str]:
+    """Steps the trace found in its decode window against the steps the client's steady step gives
+    that window: a trace that counted layers (or merged steps) is off by the layer count."""
+    if traced is None or not len(traced) or "steady_step_ms" not in used.columns:
+        return []
+    steady = {int(r): s for r, s in zip(used["repeat"], _num(used, "steady_step_ms"), strict=False) if pd.notna(s)}
+    out = []
+    for repeat, steps, window in zip(traced["repeat"], _num(traced, "steps"), _num(traced, "window_ms"), strict=False):
+        step_ms = steady.get(int(repeat))
+        if step_ms and pd.notna(steps) and pd.notna(window) and window > 0:
+            expected = window / step_ms
+            out.append(_ratio_check("trace_steps", steps / expected, f"r{repeat}: the trace counts {steps:.0f} steps "
+                                    f"in its {window:.0f} ms decode window, the client's steady step "
+                                    f"{step_ms:.2f} ms gives {expected:.0f}") or "")
+    return out
+
+
+def level_checks(runs: pd.DataFrame, trace_runs: pd.DataFrame | None = None) -> pd.DataFrame:
+    """One row per level: complete runs, runs used, runs left out and why, failed checks, suspect."""
+    cols = [*LEVEL_KEYS, "complete", "used", "left_out", "left_out_why", "checks", "suspect"]
+    if runs is None or not len(runs):
+        return pd.DataFrame(columns=cols)
+    runs = runs.assign(left_out=runs["left_out"] if "left_out" in runs.columns else left_out(runs))
+    complete = runs[runs["status"].astype(str) == "complete"] if "status" in runs.columns else runs
+    rows = []
+    for key, at in complete.groupby(LEVEL_KEYS, sort=True):
+        level = dict(zip(LEVEL_KEYS, key, strict=True))
+        used = usable(at)
+        out_why = [w for w in at["left_out"].fillna("").astype(str) if w]
+        traced = _select_level(trace_runs, level)
+        fails = _level_failures(used, traced, int(level["batch"]))
+        rows.append({**level, "complete": len(at), "used": len(used), "left_out": len(out_why),
+                     "left_out_why": out_why[0] if out_why else "", "checks": "; ".join(fails),
+                     "suspect": bool(fails)})
+    return pd.DataFrame(rows, columns=cols)
+
+
+def _select_level(frame: pd.DataFrame | None, level: dict[str, Any]) -> pd.DataFrame | None:
+    if frame is None or not len(frame):
+        return None
+    mask = pd.Series(True, index=frame.index)
+    for k, v in level.items():
+        mask &= frame[k].astype(str) == str(v)
+    return frame[mask]
+
+
+def suspect_reasons(checks: pd.DataFrame, arms: Sequence[str | None], backend: str | None,
+                    batches: Sequence[int | None], context: int | None) -> list[str]:
+    """The failed checks and left-out runs of the levels a verdict rests on, one line per level."""
+    if checks is None or not len(checks):
+        return []
+    mask = pd.Series(True, index=checks.index)
+    if backend is not None:
+        mask &= checks["backend"].astype(str) == str(backend)
+    if context is not None:
+        mask &= checks["context"].astype(str) == str(context)
+    wanted_arms = {str(a) for a in arms if a is not None}
+    if wanted_arms:
+        mask &= checks["arm"].astype(str).isin(wanted_arms)
+    wanted_batches = {str(b) for b in batches if b is not None}
+    if wanted_batches:
+        mask &= checks["batch"].astype(str).isin(wanted_batches)
+    out = []
+    for row in checks[mask].itertuples(index=False):
+        where = f"{row.arm} b{row.batch} c{row.context}"
+        if row.suspect:
+            out.append(f"{where}: {row.checks}")
+        if row.left_out:
+            out.append(f"{where}: {row.used} of {row.complete} runs used, {row.left_out} left out ({row.left_out_why})")
+    return out

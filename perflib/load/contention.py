@@ -1,0 +1,240 @@
+"""What else used the machine while a level ran: other processes' CPU time, load, steal (Linux /proc).
+
+A shared machine gives noisy numbers, and a batch-1 step measured while another job holds the cores
+is not the server's step. `ContentionSampler` reads `/proc` every `interval_s` during a level: the CPU
+time of every process that is not ours (this client, its ancestors, the server and their children),
+the load average, and the steal time the kernel reports. `Contention.contended` says whether others
+used more than `threshold` of the machine's CPU capacity, or steal exceeded `steal_threshold`
+(LOADGEN.md §7 for the GPU half; this is the same idea for the CPU). Where there is no /proc the
+sampler says so and decides nothing.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+PROC = Path("/proc")
+CPU_THRESHOLD = 0.25
+"""Others may use at most this share of the machine's CPU capacity during a level (0.25 on 2 cores:
+half a core) before the level is contended."""
+STEAL_THRESHOLD = 0.10
+"""At most this share of CPU time stolen by the hypervisor."""
+TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+def _stat_fields(pid: str) -> tuple[int, int, str] | None:
+    """(ppid, utime + stime in ticks, comm) of a process, or None where it is gone."""
+    try:
+        text = (PROC / pid / "stat").read_text()
+    except OSError:
+        return None
+    try:
+        comm = text[text.index("(") + 1:text.rindex(")")]
+        rest = text[text.rindex(")") + 2:].split()
+        return int(rest[1]), int(rest[11]) + int(rest[12]), comm
+    except (ValueError, IndexError):
+        return None
+
+
+def _processes() -> dict[int, tuple[int, int, str]]:
+    out = {}
+    with contextlib.suppress(OSError):
+        for entry in os.scandir(PROC):
+            if entry.name.isdigit():
+                fields = _stat_fields(entry.name)
+                if fields is not None:
+                    out[int(entry.name)] = fields
+    return out
+
+
+def _family(roots: Iterable[int], procs: dict[int, tuple[int, int, str]]) -> set[int]:
+    """`roots`, their descendants, and the ancestors of this process (the runner waiting on us)."""
+    children: dict[int, list[int]] = {}
+    for pid, (ppid, _, _) in procs.items():
+        children.setdefault(ppid, []).append(pid)
+    found: set[int] = set()
+    stack = [r for r in roots if r > 0]
+    while stack:
+        pid = stack.pop()
+        if pid not in found:
+            found.add(pid)
+            stack.extend(children.get(pid, ()))
+    pid = os.getpid()
+    while pid > 1 and pid in procs:
+        found.add(pid)
+        pid = procs[pid][0]
+    return found
+
+
+def _cpu_totals() -> tuple[int, int] | None:
+    """(all ticks, steal ticks) summed over CPUs from /proc/stat."""
+    try:
+        first = (PROC / "stat").read_text().splitlines()[0].split()
+    except (OSError, IndexError):
+        return None
+    values = [int(v) for v in first[1:] if v.isdigit()]
+    return (sum(values[:8]), values[7] if len(values) > 7 else 0) if values else None
+
+
+def listening_pids(port: int) -> set[int]:
+    """Processes with a TCP socket listening on `port` (a server perflib did not start, on this host)."""
+    inodes = set()
+    for table in ("tcp", "tcp6"):
+        with contextlib.suppress(OSError):
+            for line in (PROC / "net" / table).read_text().splitlines()[1:]:
+                parts = line.split()
+                if len(parts) > 9 and parts[3] == "0A" and int(parts[1].rsplit(":", 1)[1], 16) == port:
+                    inodes.add(parts[9])
+    pids = set()
+    if not inodes:
+        return pids
+    with contextlib.suppress(OSError):
+        for entry in os.scandir(PROC):
+            if not entry.name.isdigit():
+                continue
+            with contextlib.suppress(OSError):
+                for fd in os.scandir(PROC / entry.name / "fd"):
+                    with contextlib.suppress(OSError):
+                        link = os.readlink(fd.path)
+                        if link.startswith("socket:[") and link[8:-1] in inodes:
+                            pids.add(int(entry.name))
+                            break
+    return pids
+
+
+@dataclass(frozen=True)
+class Contention:
+    """What others did to the machine during a level, and whether that makes the level contended."""
+
+    available: bool
+    seconds: float = 0.0
+    cpus: int = 0
+    foreign_cpu_share: float | None = None
+    """Other processes' CPU seconds over (seconds × cpus): the share of the machine they used."""
+    peak_foreign_cpu_share: float | None = None
+    steal_share: float | None = None
+    load_max: float | None = None
+    top: tuple[tuple[int, str, float], ...] = ()
+    """The heaviest other processes: (pid, name, CPU seconds during the level)."""
+    threshold: float = CPU_THRESHOLD
+    steal_threshold: float = STEAL_THRESHOLD
+    note: str = ""
+
+    @property
+    def contended(self) -> bool:
+        if not self.available:
+            return False
+        return bool((self.foreign_cpu_share or 0) > self.threshold or (self.steal_share or 0) > self.steal_threshold)
+
+    def why(self) -> str:
+        """One line for a manifest error or a page note."""
+        if not self.contended:
+            return ""
+        heavy = ", ".join(f"{name} (pid {pid}) {cpu:.1f} CPU s" for pid, name, cpu in self.top[:3])
+        return (f"contended: other processes used {100 * (self.foreign_cpu_share or 0):.0f}% of the {self.cpus} CPUs "
+                f"over {self.seconds:.1f} s (threshold {100 * self.threshold:.0f}%), steal "
+                f"{100 * (self.steal_share or 0):.0f}%" + (f"; heaviest: {heavy}" if heavy else ""))
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"available": self.available, "contended": self.contended, "seconds": round(self.seconds, 3),
+                "cpus": self.cpus, "foreign_cpu_share": _round(self.foreign_cpu_share),
+                "peak_foreign_cpu_share": _round(self.peak_foreign_cpu_share),
+                "steal_share": _round(self.steal_share), "load_max": self.load_max,
+                "top": [{"pid": p, "name": n, "cpu_s": round(c, 3)} for p, n, c in self.top],
+                "threshold": self.threshold, "steal_threshold": self.steal_threshold, "why": self.why(),
+                "note": self.note}
+
+
+def _round(x: float | None) -> float | None:
+    return None if x is None else round(x, 4)
+
+
+@dataclass
+class ContentionSampler:
+    """Sample /proc in a thread while a level runs; `stop()` returns the `Contention` record."""
+
+    own: set[int] = field(default_factory=set)
+    interval_s: float = 0.5
+    threshold: float = CPU_THRESHOLD
+    _thread: threading.Thread | None = None
+    _stop: threading.Event = field(default_factory=threading.Event)
+    _first: dict[int, int] = field(default_factory=dict)
+    _last: dict[int, tuple[int, str]] = field(default_factory=dict)
+    _peak: float = 0.0
+    _loads: list[float] = field(default_factory=list)
+    _t0: float = 0.0
+    _cpu0: tuple[int, int] | None = None
+
+    def start(self) -> ContentionSampler:
+        if not (PROC / "stat").is_file():
+            return self
+        self._t0 = time.monotonic()
+        self._cpu0 = _cpu_totals()
+        self._sample()
+        self._thread = threading.Thread(target=self._run, name="perflib-contention", daemon=True)
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        prev_t, prev = time.monotonic(), self._foreign_ticks()
+        while not self._stop.wait(self.interval_s):
+            self._sample()
+            now_t, now = time.monotonic(), self._foreign_ticks()
+            cpus = os.cpu_count() or 1
+            if now_t > prev_t:
+                self._peak = max(self._peak, (now - prev) / TICKS / ((now_t - prev_t) * cpus))
+            prev_t, prev = now_t, now
+
+    def _sample(self) -> None:
+        procs = _processes()
+        ours = _family(self.own, procs)
+        for pid, (_, ticks, comm) in procs.items():
+            if pid in ours:
+                continue
+            self._first.setdefault(pid, ticks)
+            self._last[pid] = (ticks, comm)
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            self._loads.append(float((PROC / "loadavg").read_text().split()[0]))
+
+    def _foreign_ticks(self) -> int:
+        return sum(t - self._first.get(p, t) for p, (t, _) in self._last.items())
+
+    def stop(self) -> Contention:
+        if self._thread is None:
+            return Contention(False, note="no /proc on this system: contention not sampled")
+        self._stop.set()
+        self._thread.join()
+        self._sample()
+        seconds = time.monotonic() - self._t0
+        cpus = os.cpu_count() or 1
+        used = {p: (t - self._first.get(p, t)) / TICKS for p, (t, _) in self._last.items()}
+        share = sum(used.values()) / (seconds * cpus) if seconds > 0 else None
+        cpu1 = _cpu_totals()
+        steal = None
+        if self._cpu0 and cpu1 and cpu1[0] > self._cpu0[0]:
+            steal = (cpu1[1] - self._cpu0[1]) / (cpu1[0] - self._cpu0[0])
+        top = tuple(sorted(((p, self._last[p][1], s) for p, s in used.items() if s > 0.05), key=lambda x: -x[2])[:5])
+        return Contention(True, seconds, cpus, share, self._peak or share, steal, max(self._loads, default=None),
+                          top, self.threshold)
+
+
+def wait_quiet(own: set[int] | None = None, threshold: float = CPU_THRESHOLD, window_s: float = 2.0,
+               timeout_s: float = 120.0) -> Contention | None:
+    """Wait until one `window_s` window has others below `threshold` of the CPUs (before a run is redone);
+    returns the last window's record, or None where /proc is not there. Gives up after `timeout_s`."""
+    if not (PROC / "stat").is_file():
+        return None
+    deadline = time.monotonic() + timeout_s
+    while True:
+        sampler = ContentionSampler(set(own or ()), interval_s=window_s / 4, threshold=threshold).start()
+        time.sleep(window_s)
+        seen = sampler.stop()
+        if not seen.contended or time.monotonic() > deadline:
+            return seen
