@@ -68,7 +68,7 @@ def _ratio_check(name: str, value: float | None, text: str) -> str | None:
     lo, hi = LIMITS[name]
     if value is None or pd.isna(value) or lo <= value <= hi:
         return None
-    return f"{name}: {text} ({value:.2f}x; expected {lo:g}-{hi:g}x)"
+    return f"{name}: {text} ({value:.2f}x, expected {lo:g}–{hi:g}x)"
 
 
 def _level_failures(used: pd.DataFrame, traced: pd.DataFrame, batch: int) -> list[str]:

@@ -18,7 +18,7 @@ from perflib import verdicts as verdict_mod
 from perflib.campaign import load_campaign
 from perflib.config import Campaign, replace_data_dir
 from perflib.errors import InputError
-from perflib.report import figures, page
+from perflib.report import figures, markdown, page
 from perflib.report import tables as page_tables
 
 
@@ -133,6 +133,16 @@ class CampaignView:
     def plot_profile(self) -> figures.Plot | None:
         """GPU busy and host gaps per decode step per traced level (None: no kernel trace)."""
         return figures.plot_profile(self.tables)
+
+    def summary(self) -> markdown.MarkdownText:
+        """The page's opening: the verdict per candidate, the before/after headline and gates, what was
+        not measured, the checks (rendered as Markdown in Jupyter and in the export)."""
+        return markdown.MarkdownText(page.summary_markdown(self.campaign, self.tables))
+
+    @staticmethod
+    def markdown(frame: pd.DataFrame, digits: int = 3) -> markdown.MarkdownText:
+        """Any of these DataFrames as a GitHub Markdown table (what `--notebook-export` should hold)."""
+        return markdown.frame_table(frame, digits)
 
     def write_derived(self) -> Path:
         derive.write(self.tables, self.campaign.derived_dir())

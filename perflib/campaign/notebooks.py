@@ -97,6 +97,24 @@ def find_kernel() -> str:
                        f"`{sys.executable} -m ipykernel install --user --name perflib`")
 
 
+def _quiet_kernel_manager() -> type:
+    """jupyter_client's kernel manager, but shutting a kernel down does not send it SIGINT first.
+
+    The stock shutdown interrupts the kernel before its shutdown_request, and an idle ipykernel logs
+    "[IPKernelApp] ERROR | KeyboardInterrupt caught in kernel" for it: an error line after a run that
+    completed. A finished notebook has nothing to interrupt, so the shutdown request alone is sent.
+    """
+    from jupyter_client.manager import AsyncKernelManager
+
+    class QuietShutdownKernelManager(AsyncKernelManager):
+        async def _async_interrupt_kernel(self) -> None:
+            if self.shutting_down:
+                return
+            await super()._async_interrupt_kernel()
+
+    return QuietShutdownKernelManager
+
+
 def execute_notebook(notebook: Path, output: Path, parameters: dict, kernel_name: str, cwd: Path) -> str | None:
     """Run a notebook with papermill into `output`; returns None, or the error text if a cell raised."""
     import papermill
@@ -110,7 +128,7 @@ def execute_notebook(notebook: Path, output: Path, parameters: dict, kernel_name
     try:
         with _environment(env):
             papermill.execute_notebook(str(notebook), str(output), parameters=parameters, kernel_name=kernel_name,
-                                       progress_bar=False, cwd=str(cwd),
+                                       progress_bar=False, cwd=str(cwd), kernel_manager_class=_quiet_kernel_manager(),
                                        extra_arguments=["--IPKernelApp.log_level=ERROR"])  # no TCP warning per run
     except PapermillExecutionError as exc:
         return f"{output}: cell {exc.cell_index} raised {exc.ename}: {exc.evalue}"
@@ -144,7 +162,8 @@ def profile_run(campaign_file: str | Path, arm: str, backend: str, batch: int, c
 
 def export_notebook(campaign: Campaign, reports_dir: Path | None = None, kernel_name: str | None = None) -> Path:
     """Execute notebooks/report.ipynb for the campaign and export it with
-    `jupyter nbconvert --to markdown --no-input` into the reports folder."""
+    `jupyter nbconvert --to markdown --no-input` into the reports folder: Markdown tables, the figures
+    as PNGs beside it, the verdicts once (cells tagged `export-hide`, nbval's check cell, left out)."""
     reports = Path(reports_dir or campaign.reports_dir)
     reports.mkdir(parents=True, exist_ok=True)
     executed = reports / f"{campaign.name}-report.ipynb"
@@ -154,6 +173,8 @@ def export_notebook(campaign: Campaign, reports_dir: Path | None = None, kernel_
     if error:
         raise PerflibError(error)
     out = subprocess.run([sys.executable, "-m", "jupyter", "nbconvert", "--to", "markdown", "--no-input",
+                          "--TagRemovePreprocessor.enabled=True",
+                          "--TagRemovePreprocessor.remove_cell_tags=export-hide",
                           str(executed), "--output-dir", str(reports)], capture_output=True, text=True)
     if out.returncode != 0:
         raise PerflibError(f"nbconvert of {executed} failed: {out.stderr.strip()[-500:]}")

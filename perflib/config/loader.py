@@ -90,6 +90,11 @@ def _check_servers(campaign: Campaign, path: Path, lines: Lines) -> None:
         if arm.of is not None and arm.of not in arm_names:
             raise InputError(path, lines.where(f"arms[{i}].of"), f"the name of another arm ({', '.join(arm_names)})",
                              repr(arm.of))
+        compared = [a.name for a in campaign.arms if a.role == "compare"]
+        if arm.against is not None and (arm.against not in compared or arm.against == arm.name):
+            raise InputError(path, lines.where(f"arms[{i}].against"),
+                             f"the name of another compared arm ({', '.join(n for n in compared if n != arm.name)})",
+                             repr(arm.against))
         for name in ("extra_args", "env"):
             _check_placeholders(getattr(arm, name), path, lines, f"arms[{i}].{name}")
 

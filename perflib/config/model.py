@@ -144,6 +144,8 @@ class ArmSpec:
     description: str = ""
     role: str = field(default="compare", metadata=key(choices=ARM_ROLES))
     of: str | None = None
+    against: str | None = None
+    """The compared arm this one is measured against on the page (default: the compared arm before it)."""
     trace_note: str | None = None
 
 
@@ -289,7 +291,9 @@ class Campaign:
     data_dir: Path = field(default=Path("data"), metadata=key(yaml=str, resolve=resolve_path))
     reports_dir: Path = field(default=Path("reports"), metadata=key(yaml=str, resolve=resolve_path))
     description: str = ""
-    other_backends: tuple[str, ...] = ("rocm", "metal")
+    question: str = ""
+    """The question the page opens with (default: the playbook's)."""
+    other_backends: tuple[str, ...] = ()
     other_backends_note: str = ""
     compare_with: tuple[ReferenceSpec, ...] = ()
     environment_files: tuple[EnvironmentFile, ...] = ()
@@ -304,6 +308,13 @@ class Campaign:
     def gates(self) -> tuple[GateSpec, ...]:
         """The `gate:` key: one gate or a list of them."""
         return self.gate
+
+    @property
+    def comparisons(self) -> tuple[tuple[str, str], ...]:
+        """(baseline, arm) pairs of the before/after table: each compared arm against its `against`,
+        else against the compared arm before it (a chain of changes)."""
+        arms = self.compared_arms
+        return tuple((arm.against or prev.name, arm.name) for prev, arm in zip(arms, arms[1:], strict=False))
 
     @property
     def compared_arms(self) -> tuple[ArmSpec, ...]:

@@ -18,28 +18,17 @@ from typing import Any
 
 import pandas as pd
 
-from perflib import derive, rundir
+from perflib import checks, derive, rundir
 from perflib import verdicts as v
 from perflib.config import Campaign
 from perflib.derive import DerivedTables
-from perflib.errors import InputError
+from perflib.errors import InputError, PerflibError
+from perflib.report import evidence as ev
 from perflib.report import figures as fig
-from perflib.report.tables import (
-    LEVEL_KEYS,
-    absent_counters,
-    batch_class_table,
-    batch_step_table,
-    before_after_table,
-    class_level_table,
-    floor_table,
-    gap_level_table,
-    level_table,
-    ratio_table,
-    reference_tables,
-    trace_level_table,
-    traced_overhead_table,
-)
-from perflib.report.text import escape_md, fmt, int_or_na, pct
+from perflib.report import markdown as mdt
+from perflib.report import sections as sec
+from perflib.report.tables import absent_counters
+from perflib.report.text import escape_md, fmt
 
 TEMPLATES = Path(__file__).parent / "templates"
 
@@ -183,106 +172,9 @@ def see_also_links(entries: Sequence[str], reports_dir: Path, own: str = "") -> 
     return out
 
 
-def _unit(measure: str) -> str:
-    return " ms" if measure.endswith("_ms") else " tok/s"
-
-
-def _change(value: Any) -> str:
-    return "n/a" if value is None or value != value else f"{value:+.1f}%"
-
-
-def _level_rows(levels: pd.DataFrame) -> list[dict[str, Any]]:
-    return [{
-        "arm": escape_md(r.arm), "backend": escape_md(r.backend), "batch": int(r.batch), "context": int(r.context),
-        "runs": int(r.runs), "decode_tok_s": fmt(r.decode_tok_s, ".1f", " tok/s"),
-        "decode_step_ms": fmt(r.decode_step_ms, ".2f", " ms"), "steady_step_ms": fmt(r.steady_step_ms, ".2f", " ms"),
-        "occupancy": fmt(r.occupancy, ".2f"), "prefill_chunks": fmt(r.prefill_chunks, ".0f"),
-        "ttft_ms": fmt(r.ttft_ms, ".1f", " ms"),
-        "busy": fmt(r.busy_ms_per_step, ".2f", " ms"), "gap": fmt(r.gap_ms_per_step, ".2f", " ms"),
-        "busy_share": pct(r.busy_share), "top_classes": escape_md(r.top_classes) or "no trace",
-        "own": pct(r.own_step_share), "prefill": pct(r.prefill_share), "other": pct(r.other_share),
-    } for r in levels.itertuples(index=False)]
-
-
-def _floor_section(tables: DerivedTables, campaign: Campaign) -> dict[str, Any]:
-    rows = [{"arm": escape_md(r.arm), "backend": escape_md(r.backend), "batch": int(r.batch),
-             "context": int(r.context), "step": fmt(r.decode_step_ms, ".2f", " ms"),
-             "floor": fmt(r.floor_ms, ".3f", " ms"), "ratio": fmt(r.step_over_floor, ".1f", "x")}
-            for r in floor_table(tables, campaign).itertuples(index=False)]
-    missing = [name for name, val in (("model.weight_bytes", campaign.model.weight_bytes),
-                                      ("model.kv_bytes_per_token", campaign.model.kv_bytes_per_token))
-               if val is None] + [f"backends[{b.name}].peak_bandwidth_gbs" for b in campaign.backends
-                                  if b.peak_bandwidth_gbs is None]
-    return {"floor_rows": rows, "missing_floor": ", ".join(missing)}
-
-
-def _comparison_sections(tables: DerivedTables, campaign: Campaign, arms: list[str]) -> dict[str, Any]:
-    """Before/after (each compared arm against the one before it) and the traced arms' overhead."""
-    ba_rows = [{"backend": escape_md(r.backend), "batch": int(r.batch), "context": int(r.context),
-                "measure": escape_md(r.measure), "arms": f"{escape_md(r.baseline)} → {escape_md(r.arm)}",
-                "before": fmt(r.before, ".2f", _unit(r.measure)), "after": fmt(r.after, ".2f", _unit(r.measure)),
-                "n": f"{r.runs_before} / {r.runs_after}", "change": _change(r.change_pct)}
-               for r in before_after_table(tables, arms).itertuples(index=False)]
-    traced_rows = [{"arm": escape_md(r.arm), "of": escape_md(r.of), "backend": escape_md(r.backend),
-                    "batch": int(r.batch), "context": int(r.context), "measure": escape_md(r.measure),
-                    "plain": fmt(r.plain, ".2f", _unit(r.measure)), "traced": fmt(r.traced, ".2f", _unit(r.measure)),
-                    "n": r.runs, "change": _change(r.change_pct)}
-                   for r in traced_overhead_table(tables, campaign).itertuples(index=False)]
-    traced_arms = [{"name": escape_md(a.name), "of": escape_md(a.of or ""), "description": escape_md(a.description)}
-                   for a in campaign.arms if a.role == "traced"]
-    return {"before_after": ba_rows, "traced_rows": traced_rows, "traced_arms": traced_arms}
-
-
-def _ratio_section(tables: DerivedTables, campaign: Campaign, arms: list[str]) -> list[dict[str, Any]]:
-    table = ratio_table(tables, [b.name for b in campaign.backends], campaign.other_backends, campaign.batches, arms,
-                        references=reference_tables(campaign), other_note=campaign.other_backends_note,
-                        no_counters={b.name: "backend (profiler captures, no /metrics)"
-                                     for b in campaign.backends if b.trace_only})
-    return [{"backend": escape_md(r.backend), "source": escape_md(r.source), "context": int_or_na(r.context),
-             "batch": int_or_na(r.batch), "step_1": fmt(r.step_1_ms, ".2f", " ms"),
-             "step_b": fmt(r.step_b_ms, ".2f", " ms"), "ratio": fmt(r.ratio, ".2f", "x"), "note": escape_md(r.note)}
-            for r in table.itertuples(index=False)]
-
-
-def _profile_sections(tables: DerivedTables) -> dict[str, Any]:
-    """The trace tables of the profile section: per level, gap buckets, classes, batch 1 to B."""
-    classes = class_level_table(tables).sort_values([*LEVEL_KEYS, "ms_per_step", "kernel_class"],
-                                                    ascending=[True] * 4 + [False, True], kind="stable")
-    return {
-        "profile_rows": [{"arm": escape_md(r.arm), "backend": escape_md(r.backend), "batch": int(r.batch),
-                          "context": int(r.context), "runs": int(r.runs), "steps": fmt(r.steps, ".0f"),
-                          "step": fmt(r.step_ms, ".2f", " ms"), "busy": fmt(r.busy_ms_per_step, ".2f", " ms"),
-                          "gap": fmt(r.gap_ms_per_step, ".2f", " ms"), "busy_share": pct(r.busy_share),
-                          "dispatches": fmt(r.dispatches_per_step, ".0f"), "method": escape_md(r.step_method)}
-                         for r in trace_level_table(tables).itertuples(index=False)],
-        "gap_rows": [{"arm": escape_md(r.arm), "backend": escape_md(r.backend), "batch": int(r.batch),
-                      "context": int(r.context), "bucket": escape_md(r.bucket),
-                      "ms": fmt(r.gap_ms_per_step, ".2f", " ms"), "count": fmt(r.count_per_step, ".1f")}
-                     for r in gap_level_table(tables).itertuples(index=False)],
-        "class_rows": [{"arm": escape_md(r.arm), "backend": escape_md(r.backend), "batch": int(r.batch),
-                        "context": int(r.context), "kernel_class": escape_md(r.kernel_class),
-                        "ms": fmt(r.ms_per_step, ".3f", " ms"), "share": pct(r.share),
-                        "count": fmt(r.count_per_step, ".1f")} for r in classes.itertuples(index=False)],
-        "batch_class_rows": [{"arm": escape_md(r.arm), "backend": escape_md(r.backend), "context": int(r.context),
-                              "batch": int(r.batch), "kernel_class": escape_md(r.kernel_class),
-                              "ms_1": fmt(r.ms_1, ".3f", " ms"), "ms_b": fmt(r.ms_b, ".3f", " ms"),
-                              "ratio": fmt(r.ratio, ".2f", "x"), "of_linear": fmt(r.of_linear, ".2f")}
-                             for r in batch_class_table(tables).itertuples(index=False)],
-        "batch_step_rows": [{"arm": escape_md(r.arm), "backend": escape_md(r.backend), "batch": int(r.batch),
-                             "context": int(r.context), "steps": int(r.steps), "step": fmt(r.step_ms, ".2f", " ms"),
-                             "range": f"{fmt(r.step_min_ms, '.2f')} to {fmt(r.step_max_ms, '.2f', ' ms')}",
-                             "busy": fmt(r.busy_ms, ".2f", " ms"), "gap": fmt(r.gap_ms, ".2f", " ms"),
-                             "dispatches": fmt(r.dispatches, ".0f")}
-                            for r in batch_step_table(tables).itertuples(index=False)],
-    }
-
-
-def _notes(campaign: Campaign, tables: DerivedTables, reports_dir: Path) -> dict[str, Any]:
-    """The campaign's own notes (with their links), what derive noted, and the absent counters."""
-    absent = absent_counters(tables)
-    dialects = sorted({b.dialect for b in campaign.backends if not b.trace_only})
-    absent_line = (f"Not exported by the server's /metrics (dialect {', '.join(dialects)}), so n/a above: "
-                   f"{', '.join(absent)}." if absent else "")
+def _notes(campaign: Campaign, tables: DerivedTables, reports_dir: Path) -> list[str]:
+    """The campaign's own notes (with their links), then what derive noted, repeated notes folded:
+    'arm a: no kernel trace …' for three arms is one line naming the three."""
     page_notes = []
     for note in campaign.notes:
         text = escape_md(note.text)
@@ -291,14 +183,150 @@ def _notes(campaign: Campaign, tables: DerivedTables, reports_dir: Path) -> dict
             rel = os.path.relpath(link, reports_dir).replace(os.sep, "/")
             text += f" ([{escape_md(link.name)}]({rel}))"
         page_notes.append(text)
-    return {"notes": page_notes + [escape_md(n) for n in tables.notes], "absent_line": absent_line}
+    folded: dict[str, list[str]] = {}
+    rest = []
+    for note in tables.notes:
+        match = re.match(r"arm (\S+): (.*)$", note)
+        if match:
+            folded.setdefault(match.group(2), []).append(match.group(1))
+        else:
+            rest.append(note)
+    lines = [f"{'arms' if len(arms) > 1 else 'arm'} {', '.join(arms)}: {why}" for why, arms in folded.items()]
+    return page_notes + [escape_md(n) for n in lines + rest]
 
 
-def _header(campaign: Campaign, data_dir: Path, reports_dir: Path, date: str, arms: list[str]) -> dict[str, Any]:
-    """The page's head: name, date, model, matrix, runs on disk, environment and links."""
+def _absent_line(campaign: Campaign, tables: DerivedTables) -> str:
+    absent = absent_counters(tables)
+    dialects = sorted({b.dialect for b in campaign.backends if not b.trace_only})
+    return (f"Not exported by the server's /metrics (dialect {', '.join(dialects)}): {', '.join(absent)}."
+            if absent else "")
+
+
+OCCUPANCY = {
+    "llamacpp": "occupancy (llama.cpp, no decode-step counter) is the window average of "
+                "n_busy_slots_per_decode over Δn_decode_total calls, prompt batches and slots still in prefill "
+                "included",
+    "vllm": "occupancy (vLLM) is Δgeneration_tokens_total / Δiteration_tokens_total_count per engine step, "
+            "prefill steps included",
+    "sglang": "occupancy (SGLang) is the mean of num_running_reqs sampled during the level",
+    "mlxcel": "occupancy (mlxcel) is Δdecode_tokens / Δdecode_steps",
+}
+"""The formula each dialect's `perflib.metrics.figures.derive_*` uses (SERVERS.md §5)."""
+
+
+def occupancy_caption(campaign: Campaign, tables: DerivedTables) -> str:
+    """The occupancy formula of the dialects the runs used (SERVERS.md), not a generic one."""
+    dialects = sorted({b.dialect for b in campaign.backends if not b.trace_only})
+    texts = [OCCUPANCY[d] for d in dialects if d in OCCUPANCY]
+    if "auto" in dialects or not texts:
+        texts.append("occupancy is the dialect's own formula (SERVERS.md §5; `perflib metrics diff --help`)")
+    return "; ".join(texts) + "."
+
+
+def environment_section(campaign: Campaign, data_dir: Path, reports_dir: Path) -> str:
+    rows = [{k: escape_md(val) for k, val in row.items()} for row in environment_rows(campaign, data_dir)]
+    text, _ = mdt.table(rows, [mdt.Column(k, k, keep=k in ("arm", "backend")) for k in
+                              ("arm", "backend", "host", "server", "model", "flags", "tools")])
+    facts = environment_facts(campaign, reports_dir)
+    fact_lines = []
+    for i, f in enumerate(facts):
+        if i == 0 or f["file"] != facts[i - 1]["file"]:
+            fact_lines.append(f"\nRecorded in the {escape_md(f['label'])} ([{escape_md(f['file'])}]({f['file']})):\n")
+        fact_lines.append(f"- {escape_md(f['key'])}: {escape_md(f['value'])}")
+    return sec.section("Environment", "Per arm and backend: the host, the server's identity, its flags and the "
+                       "client's tools, from the run manifests.", mdt.join(text, "\n".join(fact_lines)),
+                       f"{len(rows)} arm/backend pairs")
+
+
+def raw_section(campaign: Campaign, data_dir: Path, page_dir: Path) -> str:
+    """Every run folder linked, one row per arm and backend, with its status where it is not complete."""
+    groups: dict[str, list[str]] = {}
+    for link in raw_links(campaign, data_dir, page_dir):
+        arm_backend, _, name = link["label"].rpartition("/")
+        state = "" if link["status"] in ("complete", "trace (trace-only run)") else f" ({escape_md(link['status'])}"
+        state += f": {escape_md(link['errors'][:160])})" if state and link["errors"] else (")" if state else "")
+        target = f"[{escape_md(name or link['label'])}]({link['href']})" if link["href"] else escape_md(link["label"])
+        groups.setdefault(arm_backend or "files", []).append(target + state)
+    rows = [{"where": escape_md(k), "n": len(v), "runs": " · ".join(v)} for k, v in groups.items()]
+    text, _ = mdt.table(rows, [mdt.Column("where", "arm/backend", keep=True), mdt.Column("n", "folders", True),
+                               mdt.Column("runs", "run folders")])
+    derived = os.path.relpath(campaign.derived_dir(data_dir), page_dir).replace(os.sep, "/") + "/"
+    # data/derived/ is rebuildable and not committed, so it is named, not linked: a link would break on GitHub.
+    source = f"{campaign.path.parent.name}/{campaign.path.name}"  # the same on every checkout
+    note = f"Derived tables: `{derived}`, rebuilt from these folders by `perflib campaign report {source}`."
+    return sec.section("Raw data", note, text,
+                       f"{sum(r['n'] for r in rows)} run folders and files")
+
+
+def see_also_section(campaign: Campaign, page_dir: Path) -> str:
+    items = []
+    for s in see_also_links(campaign.see_also, page_dir, campaign.name):
+        items.append(f"- [{s['label']}]({s['href']})" if s["href"] else f"- {s['label']} ({s['note']})")
+    return mdt.join("## See also", "\n".join(items)) if items else ""
+
+
+def summary_markdown(campaign: Campaign, tables: DerivedTables, sections: Sequence[str] = ()) -> str:
+    """The page's opening summary on its own (a notebook shows it; the page links `sections`)."""
+    ctx = v.Context.of(campaign)
+    verdict_list = v.evaluate(campaign.candidates, tables, ctx)
+    gates = [g for gate in campaign.gates for g in v.evaluate_gate(gate, tables, ctx)]
+    level_checks = checks.level_checks(tables.runs, tables.trace_runs)
+    headline = ev.before_after(tables, campaign, [a.name for a in campaign.compared_arms], gates, None)[1]
+    return sec.summary(campaign.question or _playbook_question(campaign), verdict_list, headline, gates,
+                       level_checks, sections)
+
+
+def build_page_data(campaign: Campaign, tables: DerivedTables, data_dir: Path, reports_dir: Path, date: str,
+                    figures: dict[str, dict[str, str]]) -> dict[str, Any]:
+    """Long: everything the template shows: the head, the summary and the sections in order."""
+    ctx = v.Context.of(campaign)
+    verdict_list = v.evaluate(campaign.candidates, tables, ctx)
+    gates = [g for gate in campaign.gates for g in v.evaluate_gate(gate, tables, ctx)]
+    arms = [a.name for a in campaign.compared_arms]
+    level_checks = checks.level_checks(tables.runs, tables.trace_runs)
+    before_after, headline = ev.before_after(tables, campaign, arms, gates, figures.get("before_after"))
+    notes = _notes(campaign, tables, reports_dir)
+    parts = {
+        "Verdicts": sec.verdict_section(verdict_list),
+        "Before / after": before_after,
+        "Per level": ev.per_level(tables, level_checks, occupancy_caption(campaign, tables),
+                                  _absent_line(campaign, tables), figures.get("batch_scaling")),
+        "Checks": sec.checks_section(level_checks, checks.LIMITS),
+        "Profile": ev.profile(tables, figures.get("profile")),
+        "Decode-window decomposition": ev.decomposition(tables, figures.get("decomposition")),
+        "Step over floor": ev.floor(tables, campaign, figures.get("step_over_floor")),
+        "Cross-backend reference ratio": ev.ratio(tables, campaign, arms),
+        "Environment": environment_section(campaign, data_dir, reports_dir),
+        "Notes": mdt.join("## Notes", "\n".join(f"- {n}" for n in notes)) if notes else "",
+        "Raw data": raw_section(campaign, data_dir, reports_dir),
+    }
+    present = [name for name in sec.ORDER if parts.get(name)]
+    question = campaign.question or _playbook_question(campaign)
+    return {
+        **_header(campaign, data_dir, date),
+        "summary": sec.summary(question, verdict_list, headline, gates, level_checks, present),
+        "sections": [parts[name] for name in present] + [see_also_section(campaign, reports_dir)],
+    }
+
+
+def _playbook_question(campaign: Campaign) -> str:
+    if not campaign.playbook:
+        return ""
+    import yaml
+
+    from perflib.config import playbook_path
+
+    try:
+        return str((yaml.safe_load(playbook_path(campaign.playbook).read_text()) or {}).get("description") or "")
+    except (OSError, ValueError, yaml.YAMLError, PerflibError):
+        return ""
+
+
+def _header(campaign: Campaign, data_dir: Path, date: str) -> dict[str, Any]:
+    """The page's head: name, date, model, matrix and runs on disk."""
     manifests = [m for _, m in _manifests(campaign, data_dir)]
     trace_only = campaign.trace_only_runs(data_dir)
-    page_dir = Path(reports_dir)
+    arms = [a.name for a in campaign.arms]
     return {
         "name": escape_md(campaign.name), "date": date, "description": escape_md(campaign.description),
         "model": escape_md(campaign.model.name),
@@ -309,38 +337,9 @@ def _header(campaign: Campaign, data_dir: Path, reports_dir: Path, date: str, ar
                    f"tokens; {campaign.decode_tokens} decode tokens per request; {campaign.repeats} repeats"),
         "runs_total": len(manifests),
         "runs_complete": sum(1 for m in manifests if m.get("status") == "complete"),
-        "environment": [{k: escape_md(val) for k, val in row.items()} for row in environment_rows(campaign, data_dir)],
-        "facts": [{k: escape_md(val) for k, val in f.items()} for f in environment_facts(campaign, reports_dir)],
         "trace_only": [escape_md(b.name) for b in campaign.backends if b.trace_only],
         "traces_found": sum(1 for _, p in trace_only if p is not None),
         "traces_expected": len(trace_only),
-        "links": [{**link, "label": escape_md(link["label"]), "errors": escape_md(link["errors"])}
-                  for link in raw_links(campaign, data_dir, page_dir)],
-        "derived": os.path.relpath(campaign.derived_dir(data_dir), page_dir).replace(os.sep, "/") + "/",
-        "see_also": see_also_links(campaign.see_also, page_dir, campaign.name),
-    }
-
-
-def build_page_data(campaign: Campaign, tables: DerivedTables, data_dir: Path, reports_dir: Path, date: str,
-                    figures: dict[str, dict[str, str]]) -> dict[str, Any]:
-    """Everything the template shows, as plain strings already formatted with units."""
-    ctx = v.Context.of(campaign)
-    verdict_list = v.evaluate(campaign.candidates, tables, ctx)
-    gates = [g for gate in campaign.gates for g in v.evaluate_gate(gate, tables, ctx)]
-    arms = [a.name for a in campaign.compared_arms]
-    return {
-        **_header(campaign, data_dir, reports_dir, date, arms),
-        "levels": _level_rows(level_table(tables)),
-        **_floor_section(tables, campaign),
-        **_comparison_sections(tables, campaign, arms),
-        "gates": [escape_md(g.line) for g in gates],
-        "ratio_rows": _ratio_section(tables, campaign, arms),
-        "batch_b": max(campaign.batches),
-        "verdicts": [{"label": escape_md(x.label), "scope": escape_md(x.scope), "outcome": x.outcome,
-                      "evidence": escape_md(x.evidence)} for x in verdict_list],
-        **_notes(campaign, tables, reports_dir),
-        **_profile_sections(tables),
-        "figures": figures, "has_trace": bool(len(tables.trace_runs)), "arms": arms,
     }
 
 

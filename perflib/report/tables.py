@@ -23,14 +23,20 @@ LEVEL_KEYS = ["arm", "backend", "batch", "context"]
 
 
 def _median_levels(frame: pd.DataFrame, columns: Sequence[str]) -> pd.DataFrame:
-    """Median over repeats of `columns` per level (arm, backend, batch, context), with the count."""
+    """Median over repeats of `columns` per level (arm, backend, batch, context), with the count of
+    runs, and per column its min, max and how many repeats had a value (`f_min`, `f_max`, `f_n`)."""
+    spread = [f"{c}_{s}" for c in columns for s in ("min", "max", "n")]
     if frame is None or not len(frame):
-        return pd.DataFrame(columns=[*LEVEL_KEYS, "runs", *columns])
+        return pd.DataFrame(columns=[*LEVEL_KEYS, "runs", *columns, *spread])
     frame = frame.copy()
     for col in columns:
         frame[col] = pd.to_numeric(frame[col], errors="coerce") if col in frame.columns else float("nan")
     grouped = frame.groupby(LEVEL_KEYS, sort=True, dropna=False)
     out = grouped[list(columns)].median()
+    for col in columns:
+        out[f"{col}_min"] = grouped[col].min()
+        out[f"{col}_max"] = grouped[col].max()
+        out[f"{col}_n"] = grouped[col].count()
     out.insert(0, "runs", grouped.size())
     return out.reset_index()
 
@@ -41,7 +47,8 @@ def level_table(tables: DerivedTables) -> pd.DataFrame:
     if len(runs) and "status" in runs.columns:
         runs = checks.usable(runs)
     cols = ["decode_tok_s", "decode_step_ms", "steady_step_ms", "raw_step_ms", "occupancy", "prefill_chunks",
-            "mixed_steps", "ttft_ms", "aggregate_tok_s", "own_step_share", "prefill_share", "other_share"]
+            "mixed_steps", "ttft_ms", "aggregate_tok_s", "own_step_share", "prefill_share", "other_share",
+            "overlap_share"]
     levels = _median_levels(runs, cols)
     trace = _median_levels(tables.trace_runs, ["busy_ms_per_step", "gap_ms_per_step", "busy_share", "window_ms",
                                                "dispatches"])
@@ -57,20 +64,22 @@ def level_table(tables: DerivedTables) -> pd.DataFrame:
         levels = levels if len(trace) else levels.assign(
             busy_ms_per_step=float("nan"), gap_ms_per_step=float("nan"), busy_share=float("nan"),
             trace_window_ms=float("nan"), dispatches=float("nan"))
-        levels["top_classes"] = [top_classes(tables.classes, row) for row in levels.itertuples(index=False)]
+        per_class = class_level_table(tables)
+        levels["top_classes"] = [top_classes(per_class, row) for row in levels.itertuples(index=False)]
     return levels.sort_values(LEVEL_KEYS, kind="stable").reset_index(drop=True)
 
 
-def top_classes(classes: pd.DataFrame, level: Any, n: int = 3) -> str:
-    """'qmv 77.5%, sdpa 8.1%' for a level (median share over repeats), or '' with no trace."""
-    if classes is None or not len(classes):
+def top_classes(per_class: pd.DataFrame, level: Any, n: int = 3) -> str:
+    """'qmv 77.5%, sdpa 8.1%' for a level from `class_level_table` (median share over repeats), or ''
+    with no trace."""
+    if per_class is None or not len(per_class):
         return ""
-    sel = classes
+    sel = per_class
     for key in LEVEL_KEYS:
         sel = sel[sel[key].astype(str) == str(getattr(level, key))]
     if not len(sel):
         return ""
-    share = sel.assign(share=pd.to_numeric(sel["share"], errors="coerce")).groupby("kernel_class")["share"].median()
+    share = sel.set_index("kernel_class")["share"].astype(float)
     share = share.sort_values(ascending=False, kind="stable").head(n)
     return ", ".join(f"{name} {100 * v:.1f}%" for name, v in share.items())
 
@@ -165,18 +174,20 @@ def floor_table(tables: DerivedTables, campaign: Campaign) -> pd.DataFrame:
                                        "step_over_floor"])
 
 
-def before_after_table(tables: DerivedTables, arms: Sequence[str], columns: Sequence[str] = (
+def before_after_table(tables: DerivedTables, arms: Sequence[str] | Sequence[tuple[str, str]], columns: Sequence[str] = (
         "decode_step_ms", "steady_step_ms", "decode_tok_s")) -> pd.DataFrame:
-    """Per level and column: each arm's median against the arm before it in `arms`, with % change.
+    """Per level and column: each arm's median against its baseline, with % change.
 
-    Arms form a chain of changes (before → after → after-kvu): each row answers "did this change help"
-    against the configuration it changed, not against the first arm."""
+    `arms` is a chain of changes (before → after → after-kvu: each against the one before it, "did this
+    change help against the configuration it changed"), or explicit (baseline, arm) pairs
+    (`Campaign.comparisons`)."""
     levels = level_table(tables)
-    if len(arms) < 2 or not len(levels):
+    pairs = [p for p in arms if isinstance(p, tuple)] or list(itertools.pairwise(arms))
+    if not pairs or not len(levels):
         return pd.DataFrame(columns=["backend", "batch", "context", "measure", "baseline", "arm", "before",
                                      "after", "runs_before", "runs_after", "change_pct"])
     rows = []
-    for base, arm in itertools.pairwise(arms):
+    for base, arm in pairs:
         for (backend, batch, context), at in levels.groupby(["backend", "batch", "context"], sort=True):
             b = at[at["arm"].astype(str) == base]
             a = at[at["arm"].astype(str) == arm]
@@ -232,17 +243,25 @@ def trace_level_table(tables: DerivedTables) -> pd.DataFrame:
 
 
 def class_level_table(tables: DerivedTables) -> pd.DataFrame:
-    """Per traced level and kernel class: medians over repeats of ms per step, share and dispatches per step."""
+    """Per traced level and kernel class: medians over repeats of ms per step, share and dispatches per
+    step. A class that a repeat does not have counts as 0 in that repeat (else the shares of a level
+    whose repeats took different kernels add up to more than 100%)."""
     cls, tr = tables.classes, tables.trace_runs
+    cols = [*LEVEL_KEYS, "kernel_class", "ms_per_step", "share", "count_per_step"]
     if cls is None or not len(cls):
-        return pd.DataFrame(columns=[*LEVEL_KEYS, "kernel_class", "ms_per_step", "share", "count_per_step"])
+        return pd.DataFrame(columns=cols)
     steps = tr[[*LEVEL_KEYS, "repeat", "steps"]]
     cls = cls.merge(steps, on=[*LEVEL_KEYS, "repeat"], how="left")
     cls["count_per_step"] = pd.to_numeric(cls["count"], errors="coerce") / pd.to_numeric(cls["steps"], errors="coerce")
     for col in ("ms_per_step", "share"):
         cls[col] = pd.to_numeric(cls[col], errors="coerce")
-    out = cls.groupby([*LEVEL_KEYS, "kernel_class"], sort=True)[["ms_per_step", "share", "count_per_step"]].median()
-    return out.reset_index()
+    grid = (tr[[*LEVEL_KEYS, "repeat"]].drop_duplicates()
+            .merge(cls[[*LEVEL_KEYS, "kernel_class"]].drop_duplicates(), on=LEVEL_KEYS))
+    full = grid.merge(cls[[*LEVEL_KEYS, "repeat", "kernel_class", "ms_per_step", "share", "count_per_step"]],
+                      on=[*LEVEL_KEYS, "repeat", "kernel_class"], how="left")
+    full[["ms_per_step", "share", "count_per_step"]] = full[["ms_per_step", "share", "count_per_step"]].fillna(0.0)
+    out = full.groupby([*LEVEL_KEYS, "kernel_class"], sort=True)[["ms_per_step", "share", "count_per_step"]].median()
+    return out.reset_index()[cols]
 
 
 def batch_class_table(tables: DerivedTables) -> pd.DataFrame:

@@ -214,7 +214,7 @@ def evaluate_gate(gate: GateSpec, tables: DerivedTables, ctx: Context) -> list[G
     not be worse than `max_regression_pct` (worse = lower tok/s, higher ms)."""
     baseline = gate.baseline or ctx.arms[0]
     arm = gate.arm or (ctx.arms[-1] if len(ctx.arms) > 1 else None)
-    name = f"{gate.measure} at batch {gate.batch}, regression at most {gate.max_regression_pct:g}%"
+    name = f"{gate.measure} at batch {gate.batch}, at most {gate.max_regression_pct:g}% worse"
     contexts = [gate.context] if gate.context else list(ctx.contexts)
     results = []
     for backend in ctx.backends:
@@ -227,8 +227,10 @@ def evaluate_gate(gate: GateSpec, tables: DerivedTables, ctx: Context) -> list[G
                 results.append(GateResult(where, None, None, f"not measured ({measured.why})"))
                 continue
             regression = -measured.value if higher_is_better(gate.measure) else measured.value
+            how = (f"{regression:.1f}% worse" if regression > 0 else f"{-regression:.1f}% better" if regression < 0
+                   else "unchanged")
             results.append(GateResult(where, regression <= gate.max_regression_pct, measured.value,
-                                      f"{measured.text}, regression {regression:.1f}%"))
+                                      f"{measured.text} ({how})"))
     return results
 
 

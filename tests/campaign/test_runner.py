@@ -151,7 +151,9 @@ def test_campaign_end_to_end_with_a_failing_notebook_and_resume(tmp_path, llama_
     assert json.loads((ok_dir / "manifest.json").read_text())["status"] == "complete"
     assert (ok_dir / "requests.jsonl").stat().st_size > 0 and (ok_dir / "collect.ipynb").is_file()
     page = result.page.read_text()
-    (line,) = [ln for ln in page.splitlines() if ln.startswith("| batched step |")]
+    summary, *verdict_rows = [ln for ln in page.splitlines() if ln.startswith("| batched step |")]
+    assert "x" in summary and page.index(summary) < page.index("## Verdicts")  # the answer opens the page
+    (line,) = verdict_rows
     assert "ms at batch 2 over" in line and "x:" in line  # the verdict carries its numbers
     assert "not measured (no kernel trace for backend cpu" in page
 

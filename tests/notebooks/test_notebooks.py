@@ -76,7 +76,7 @@ def test_notebook_defaults_work_from_the_root_and_from_notebooks(notebook, where
     text = json.dumps(nb["cells"])
     assert "CampaignView('sample'" in text or notebook == "report"
     images = _check_figures(nb, open_campaign())
-    assert images == {"analyze": 3, "report": 2}[notebook]  # the sample has no bandwidth and no trace
+    assert images == {"analyze": 3, "report": 3}[notebook]  # the sample has no bandwidth and no trace
 
 
 def test_analyze_notebook_shows_every_figure_of_the_h200_campaign(kernel, tmp_path):

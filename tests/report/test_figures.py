@@ -241,7 +241,7 @@ def test_page_uses_alt_text_and_leaves_out_what_is_not_drawn(views, tmp_path):
     assert not stale.exists()
     assert sorted(p.name for p in stale.parent.iterdir()) == ["batch_scaling.png", "before_after.png",
                                                               "decomposition.png"]
-    assert "step_over_floor" not in text and "Not measured where the campaign gives no" in text
+    assert "step_over_floor" not in text and "Not measured: the campaign gives no" in text
 
 
 def test_a_page_with_no_figure_at_all_is_still_written(tmp_path):

@@ -1,0 +1,238 @@
+"""The page's evidence sections: before/after, per level, the profile, the decode-window split, the
+floor and the cross-backend ratio, each from `perflib.report.tables` with units and spread."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import pandas as pd
+
+from perflib.config import Campaign
+from perflib.derive import DerivedTables
+from perflib.report import tables as tb
+from perflib.report.markdown import Column, dropped_line, join, table
+from perflib.report.sections import section, spread
+from perflib.report.text import escape_md, fmt, int_or_na, pct
+
+KEYS = [Column("arm", "arm", keep=True), Column("backend", "backend", keep=True),
+        Column("batch", "batch", True, True), Column("context", "context (tokens)", True, True)]
+
+
+def _keys(r: Any) -> dict[str, Any]:
+    return {"arm": escape_md(r.arm), "backend": escape_md(r.backend), "batch": int(r.batch), "context": int(r.context)}
+
+
+def _unit(measure: str) -> str:
+    return " ms" if measure.endswith("_ms") else " tok/s"
+
+
+def _change(value: Any) -> str:
+    return "n/a" if value is None or value != value else f"{value:+.1f}%"
+
+
+def before_after(tables: DerivedTables, campaign: Campaign, arms: Sequence[str], gates: Sequence[Any],
+                 figure: dict | None) -> tuple[str, list[str]]:
+    """The before/after section and its headline lines (decode step change at the largest batch)."""
+    frame = tb.before_after_table(tables, list(campaign.comparisons))
+    rows = [{"backend": escape_md(r.backend), "batch": int(r.batch), "context": int(r.context),
+             "measure": escape_md(r.measure), "arms": f"{escape_md(r.baseline)} → {escape_md(r.arm)}",
+             "before": fmt(r.before, ".2f", _unit(r.measure)), "after": fmt(r.after, ".2f", _unit(r.measure)),
+             "n": f"{r.runs_before} / {r.runs_after}", "change": _change(r.change_pct)}
+            for r in frame.itertuples(index=False)]
+    text, _ = table(rows, [Column("backend", "backend", keep=True), Column("batch", "batch", True),
+                           Column("context", "context (tokens)", True), Column("measure", "measure"),
+                           Column("arms", "arms"), Column("before", "before", True), Column("after", "after", True),
+                           Column("n", "runs (before / after)"), Column("change", "change", True)])
+    headline = _headline(frame, max(campaign.batches))
+    traced = _traced(tables, campaign)
+    gate_text = "\n".join(f"- Gate: {escape_md(g.gate)}: {escape_md(g.text)}: "
+                          f"{ {True: 'pass', False: 'FAIL', None: 'not measured'}[g.passed] }" for g in gates)
+    if len(arms) < 2:  # nothing to compare: no section, unless a traced arm's overhead is there to show
+        return (section("Before / after", after=traced) if traced else ""), []
+    pairs = ", ".join(f"{escape_md(b)} → {escape_md(a)}" for b, a in campaign.comparisons)
+    intro = f"Each compared arm against its baseline ({pairs}), per level: medians over the runs used."
+    return section("Before / after", intro, text, f"{len(rows)} comparisons", figure, join(traced, gate_text)), headline
+
+
+def _headline(frame: pd.DataFrame, batch: int) -> list[str]:
+    if not len(frame):
+        return []
+    sel = frame[(frame["measure"] == "decode_step_ms") & (frame["batch"] == batch)]
+    out = []
+    for r in sel.itertuples(index=False):
+        if r.change_pct is None or r.change_pct != r.change_pct:
+            continue
+        out.append(f"{escape_md(r.baseline)} → {escape_md(r.arm)}: decode step at batch {batch}, "
+                   f"context {int(r.context)}: {fmt(r.before, '.2f')} → {fmt(r.after, '.2f', ' ms')} "
+                   f"(**{r.change_pct:+.1f}%**)")
+    return out
+
+
+def _traced(tables: DerivedTables, campaign: Campaign) -> str:
+    frame = tb.traced_overhead_table(tables, campaign)
+    arms = [a for a in campaign.arms if a.role == "traced"]
+    if not arms:
+        return ""
+    rows = [{"backend": escape_md(r.backend), "context": int(r.context), "measure": escape_md(r.measure),
+             "arms": f"{escape_md(r.of)} → {escape_md(r.arm)}", "plain": fmt(r.plain, ".2f", _unit(r.measure)),
+             "traced": fmt(r.traced, ".2f", _unit(r.measure)), "n": r.runs, "change": _change(r.change_pct)}
+            for r in frame.itertuples(index=False)]
+    text, _ = table(rows, [Column("backend", "backend", keep=True), Column("context", "context (tokens)", True),
+                           Column("measure", "measure"), Column("arms", "arms"), Column("plain", "plain", True),
+                           Column("traced", "traced", True), Column("n", "runs (plain / traced)"),
+                           Column("change", "change", True)])
+    names = "; ".join(f"{escape_md(a.name)} repeats {escape_md(a.of or '?')} under its profiler"
+                      + (f" ({escape_md(a.description)})" if a.description else "") for a in arms)
+    return join(f"Traced arms are left out of the comparison: {names}. The profiler's overhead at batch 1:", text)
+
+
+LEVEL_COLUMNS = [*KEYS, Column("runs", "runs"), Column("decode_tok_s", "decode tok/s", True),
+                 Column("decode_step_ms", "decode step", True), Column("steady_step_ms", "steady step", True),
+                 Column("occupancy", "occupancy", True), Column("prefill_chunks", "prefill chunks", True),
+                 Column("ttft_ms", "TTFT", True), Column("busy", "GPU busy / step", True),
+                 Column("gap", "host gap / step", True), Column("busy_share", "busy share", True),
+                 Column("top_classes", "top classes"), Column("checks", "checks")]
+
+
+def per_level(tables: DerivedTables, level_checks: pd.DataFrame, occupancy: str, absent: str,
+              figure: dict | None) -> str:
+    """Long: the per-level table, each median with its min–max over the runs used, and the checks."""
+    levels = tb.level_table(tables)
+    checks = {(str(r.arm), str(r.backend), int(r.batch), int(r.context)): r for r in level_checks.itertuples()} \
+        if len(level_checks) else {}
+    rows = []
+    for r in levels.itertuples(index=False):
+        n = int(r.runs)
+        c = checks.get((str(r.arm), str(r.backend), int(r.batch), int(r.context)))
+        runs = f"{c.used} of {c.complete}" if c is not None and c.used != c.complete else str(n)
+        rows.append({**_keys(r), "runs": runs, "decode_tok_s": spread(r, "decode_tok_s", ".1f", " tok/s", n),
+                     "decode_step_ms": spread(r, "decode_step_ms", ".2f", " ms", n),
+                     "steady_step_ms": spread(r, "steady_step_ms", ".2f", " ms", n),
+                     "occupancy": spread(r, "occupancy", ".2f", "", n),
+                     "prefill_chunks": spread(r, "prefill_chunks", ".0f", "", n),
+                     "ttft_ms": spread(r, "ttft_ms", ".1f", " ms", n), "busy": fmt(r.busy_ms_per_step, ".2f", " ms"),
+                     "gap": fmt(r.gap_ms_per_step, ".2f", " ms"), "busy_share": pct(r.busy_share),
+                     "top_classes": escape_md(r.top_classes) or "n/a",
+                     "checks": "n/a" if c is None else ("⚠ " + escape_md(c.checks) if c.suspect else "ok")})
+    text, dropped = table(rows, LEVEL_COLUMNS)
+    intro = ("Medians over the runs used, with min–max over them. Decode tok/s is per request, (completion "
+             "tokens − 1) / (total − TTFT); the decode step is Δtokens_predicted_seconds / Δdecode_tokens from "
+             f"`/metrics`; the steady step is the client's median inter-token gap while all requests decode; "
+             f"{occupancy}")
+    after = join(absent, dropped_line(dropped, "no kernel trace, or a counter the server does not export"))
+    return section("Per level", intro, text, f"{len(rows)} levels", figure, after)
+
+
+def profile(tables: DerivedTables, figure: dict | None) -> str:
+    """GPU busy against host gaps per step, the gap buckets, the kernel classes and batch 1 to B."""
+    tr = tb.trace_level_table(tables)
+    if not len(tr):
+        return section("Profile", "Not measured: no kernel trace in this campaign (see the notes).")
+    rows = [{**_keys(r), "runs": int(r.runs), "steps": spread(r, "steps", ".0f"),
+             "step": spread(r, "step_ms", ".2f", " ms"), "busy": spread(r, "busy_ms_per_step", ".2f", " ms"),
+             "gap": spread(r, "gap_ms_per_step", ".2f", " ms"), "share": pct(r.busy_share),
+             "dispatches": fmt(r.dispatches_per_step, ".0f"), "method": escape_md(r.step_method)}
+            for r in tr.itertuples(index=False)]
+    text, _ = table(rows, [*KEYS, Column("runs", "traces", True), Column("steps", "steps", True),
+                           Column("step", "step", True), Column("busy", "GPU busy / step", True),
+                           Column("gap", "host gap / step", True), Column("share", "busy share", True),
+                           Column("dispatches", "dispatches / step", True), Column("method", "steps from")])
+    intro = ("From the kernel traces, windowed to each level's decode window. Step = window / steps; GPU busy "
+             "is the union of kernel, copy and fill intervals; host gap = step − busy. Medians over repeats.")
+    return join(section("Profile", intro, join(text, _gaps(tables), _classes(tables), _batch_classes(tables),
+                                               _batch_steps(tables)), f"{len(rows)} traced levels", figure))
+
+
+def _gaps(tables: DerivedTables) -> str:
+    rows = [{**_keys(r), "bucket": escape_md(r.bucket), "ms": fmt(r.gap_ms_per_step, ".2f", " ms"),
+             "count": fmt(r.count_per_step, ".1f")} for r in tb.gap_level_table(tables).itertuples(index=False)]
+    text, _ = table(rows, [*KEYS, Column("bucket", "gap length"), Column("ms", "gap / step", True),
+                           Column("count", "gaps / step", True)])
+    return join("**Host gaps by length**, ms and count per step:", text) if text else ""
+
+
+def _classes(tables: DerivedTables) -> str:
+    frame = tb.class_level_table(tables).sort_values([*tb.LEVEL_KEYS, "ms_per_step", "kernel_class"],
+                                                     ascending=[True] * 4 + [False, True], kind="stable")
+    rows = [{**_keys(r), "kernel_class": escape_md(r.kernel_class), "ms": fmt(r.ms_per_step, ".3f", " ms"),
+             "share": pct(r.share), "count": fmt(r.count_per_step, ".1f")} for r in frame.itertuples(index=False)]
+    text, _ = table(rows, [*KEYS, Column("kernel_class", "kernel class"), Column("ms", "ms / step", True),
+                           Column("share", "share of kernel time", True), Column("count", "dispatches / step", True)])
+    return join("**Kernel classes** (a class a repeat lacks counts 0 there):", text) if text else ""
+
+
+def _batch_classes(tables: DerivedTables) -> str:
+    rows = [{"arm": escape_md(r.arm), "backend": escape_md(r.backend), "context": int(r.context), "batch": int(r.batch),
+             "kernel_class": escape_md(r.kernel_class), "ms_1": fmt(r.ms_1, ".3f", " ms"),
+             "ms_b": fmt(r.ms_b, ".3f", " ms"), "ratio": fmt(r.ratio, ".2f", "x"), "of_linear": fmt(r.of_linear, ".2f")}
+            for r in tb.batch_class_table(tables).itertuples(index=False)]
+    text, _ = table(rows, [Column("arm", "arm", keep=True), Column("backend", "backend", keep=True),
+                           Column("context", "context (tokens)", True), Column("batch", "batch B", True),
+                           Column("kernel_class", "kernel class"), Column("ms_1", "ms / step at batch 1", True),
+                           Column("ms_b", "ms / step at batch B", True), Column("ratio", "ratio", True),
+                           Column("of_linear", "of linear", True)])
+    intro = ("**Batch 1 to batch B, by class**: class ms per step at batch B over batch 1; \"of linear\" divides "
+             "by B (1.00 = the class time grows like the batch, as when the weights are streamed once per row).")
+    return join(intro, text) if text else ""
+
+
+def _batch_steps(tables: DerivedTables) -> str:
+    rows = [{**_keys(r), "steps": int(r.steps), "step": fmt(r.step_ms, ".2f", " ms"),
+             "range": f"{fmt(r.step_min_ms, '.2f')}–{fmt(r.step_max_ms, '.2f', ' ms')}",
+             "busy": fmt(r.busy_ms, ".2f", " ms"), "gap": fmt(r.gap_ms, ".2f", " ms"),
+             "dispatches": fmt(r.dispatches, ".0f")} for r in tb.batch_step_table(tables).itertuples(index=False)]
+    text, _ = table(rows, [*KEYS, Column("steps", "steps", True), Column("step", "step (median)", True),
+                           Column("range", "step range"), Column("busy", "GPU busy", True),
+                           Column("gap", "host gap", True), Column("dispatches", "dispatches", True)])
+    return join("**Each decode step** of the traces (from the step markers):", text) if text else ""
+
+
+def decomposition(tables: DerivedTables, figure: dict | None) -> str:
+    levels = tb.level_table(tables)
+    rows = [{**_keys(r), "own": pct(r.own_step_share), "prefill": pct(r.prefill_share),
+             "overlap": pct(getattr(r, "overlap_share", None)), "other": pct(r.other_share)}
+            for r in levels.itertuples(index=False)]
+    text, dropped = table(rows, [*KEYS, Column("own", "own steps", True), Column("prefill", "others' prefill", True),
+                                 Column("overlap", "both (overlap)", True), Column("other", "other", True)])
+    intro = ("How much of each request's decode window (first token → last token) its own decode steps explain "
+             "((completion tokens − 1) × the steady step), how much other requests' prefill covers, the part that "
+             "is both (a step that carried prefill rows beside the decode rows) and the rest (gaps, scheduling); "
+             "own + prefill − both + other = 100%. Medians over requests, then over repeats.")
+    return section("Decode-window decomposition", intro, join(text, dropped_line(dropped, "no steady step")),
+                   f"{len(rows)} levels", figure)
+
+
+def floor(tables: DerivedTables, campaign: Campaign, figure: dict | None) -> str:
+    rows = [{**_keys(r), "step": fmt(r.decode_step_ms, ".2f", " ms"), "floor": fmt(r.floor_ms, ".3f", " ms"),
+             "ratio": fmt(r.step_over_floor, ".1f", "x")} for r in tb.floor_table(tables, campaign).itertuples(index=False)]
+    missing = [name for name, val in (("model.weight_bytes", campaign.model.weight_bytes),
+                                      ("model.kv_bytes_per_token", campaign.model.kv_bytes_per_token))
+               if val is None] + [f"backends[{b.name}].peak_bandwidth_gbs" for b in campaign.backends
+                                  if b.peak_bandwidth_gbs is None]
+    if all(r["floor"] == "n/a" for r in rows):
+        why = f"the campaign gives no {', '.join(missing)}" if missing else "no decode step from the counters"
+        return section("Step over floor", f"Not measured: {why}.")
+    text, _ = table(rows, [*KEYS, Column("step", "decode step", True), Column("floor", "floor", True),
+                           Column("ratio", "step / floor", True)])
+    intro = "Floor = (weight bytes + KV bytes per token × context × batch) / peak memory bandwidth."
+    note = f"Not measured where the campaign gives no {', '.join(missing)}." if missing else ""
+    return section("Step over floor", join(intro, note), text, f"{len(rows)} levels", figure)
+
+
+def ratio(tables: DerivedTables, campaign: Campaign, arms: Sequence[str]) -> str:
+    frame = tb.ratio_table(tables, [b.name for b in campaign.backends], campaign.other_backends, campaign.batches,
+                           arms, references=tb.reference_tables(campaign), other_note=campaign.other_backends_note,
+                           no_counters={b.name: "backend (profiler captures, no /metrics)"
+                                        for b in campaign.backends if b.trace_only})
+    rows = [{"backend": escape_md(r.backend), "source": escape_md(r.source), "context": int_or_na(r.context),
+             "batch": int_or_na(r.batch), "step_1": fmt(r.step_1_ms, ".2f", " ms"),
+             "step_b": fmt(r.step_b_ms, ".2f", " ms"), "ratio": fmt(r.ratio, ".2f", "x"), "note": escape_md(r.note)}
+            for r in frame.itertuples(index=False)]
+    text, _ = table(rows, [Column("backend", "backend", keep=True), Column("source", "source"),
+                           Column("context", "context (tokens)", True), Column("batch", "batch B", True),
+                           Column("step_1", "step at batch 1", True), Column("step_b", "step at batch B", True),
+                           Column("ratio", "ratio", True), Column("note", "note")])
+    intro = (f"Decode step (counters) at batch B over the single-stream step, per backend and context (medians "
+             f"over repeats; arm {escape_md(arms[-1]) if arms else 'n/a'}, the last compared).")
+    return section("Cross-backend reference ratio", intro, text, f"{len(rows)} rows")

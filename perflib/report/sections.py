@@ -1,0 +1,188 @@
+"""The page's sections as Markdown, ordered from the answer to the evidence.
+
+The summary comes first and stays short: each candidate's verdict with its deciding number and
+where it was measured (one row per candidate, its scopes grouped), the before/after headline with
+its gates, what was not measured and why, and the levels that failed a check. Every later section
+puts its bulk in a collapsible block, leaves out columns that are n/a on every row (saying why),
+and leaves out tables with no rows. Medians carry their min–max over repeats, and the count of
+repeats where fewer than all had a value.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import pandas as pd
+
+from perflib import verdicts as v
+from perflib.report.markdown import Column, details, join, table
+from perflib.report.text import escape_md, fmt, pct
+
+ORDER = ("Verdicts", "Before / after", "Per level", "Checks", "Profile", "Decode-window decomposition",
+         "Step over floor", "Cross-backend reference ratio", "Environment", "Notes", "Raw data")
+
+
+def anchor(title: str) -> str:
+    """GitHub's anchor for a heading."""
+    keep = "".join(ch for ch in title.lower() if ch.isalnum() or ch in " -_")
+    return keep.replace(" ", "-")
+
+
+def spread(row: Any, col: str, spec: str, unit: str = "", runs: int | None = None, scale: float = 1.0) -> str:
+    """'1.49 ms (1.45–1.52)' from a level row's median and its `_min`/`_max`/`_n`; '[2 of 3]' where
+    fewer repeats than `runs` had a value."""
+    med = getattr(row, col, None)
+    if med is None or med != med:
+        return "n/a"
+    lo, hi, n = (getattr(row, f"{col}_{s}", None) for s in ("min", "max", "n"))
+    text = fmt(med * scale, spec, unit)
+    if n is not None and n == n and n >= 2 and lo == lo and hi == hi and lo != hi:
+        text += f" ({fmt(lo * scale, spec)}–{fmt(hi * scale, spec)})"
+    if runs is not None and n is not None and n == n and 0 < n < runs:
+        text += f" [{int(n)} of {runs}]"
+    return text
+
+
+# ------------------------------------------------------------------------------------------ summary
+
+
+def _short_value(verdict: v.Verdict) -> str:
+    unit = v.MEASUREMENTS[verdict.measure].unit if verdict.measure in v.MEASUREMENTS else "ratio"
+    value = verdict.value
+    if value is None:
+        return "n/a"
+    return {"fraction": pct(value), "pct": fmt(value, "+.1f", "%"), "ms": fmt(value, ".2f", " ms"),
+            "count": fmt(value, ".0f")}.get(unit, fmt(value, ".2f", "x"))
+
+
+def _scope_parts(scope: str) -> dict[str, str]:
+    parts = {}
+    for piece in scope.split(", "):
+        key, _, value = piece.partition(" ")
+        if value:
+            parts[key] = value
+    return parts
+
+
+def _group(verdicts: Sequence[v.Verdict]) -> list[list[v.Verdict]]:
+    groups: dict[str, list[v.Verdict]] = {}
+    for verdict in verdicts:
+        groups.setdefault(verdict.candidate, []).append(verdict)
+    return list(groups.values())
+
+
+def verdict_rows(verdicts: Sequence[v.Verdict]) -> list[dict[str, str]]:
+    """One row per candidate: its outcome(s), the deciding number per scope, and where."""
+    rows = []
+    for group in _group(verdicts):
+        measured = [x for x in group if x.outcome != v.NOT_MEASURED]
+        if not measured:  # said once, in the summary's "Not measured" line
+            continue
+        scopes = [_scope_parts(x.scope) for x in group]
+        common = {k: val for k, val in scopes[0].items() if all(s.get(k) == val for s in scopes)}
+        outcomes = sorted({x.outcome for x in measured}, key=v.OUTCOMES.index)
+        label = " / ".join(f"**{o}**" for o in outcomes) if outcomes else v.NOT_MEASURED
+        numbers = []
+        for x, parts in zip(group, scopes, strict=True):
+            if x.outcome == v.NOT_MEASURED:
+                continue
+            own = " ".join(f"{val}" if k == "arm" else f"{k} {val}" for k, val in parts.items() if k not in common)
+            flag = " ⚠" if x.suspect else ""
+            numbers.append(f"{own + ': ' if own else ''}{_short_value(x)}" + (f" ({x.outcome})" if len(outcomes) > 1
+                                                                              else "") + flag)
+        threshold = next((x.threshold for x in measured if x.outcome == v.CONFIRMED), "")
+        rule = next((x.threshold for x in measured if x.outcome == v.RULED_OUT), "")
+        rules = "; ".join(t for t in (f"confirmed {threshold}" if threshold else "",
+                                      f"ruled out {rule}" if rule else "") if t)
+        rows.append({"cause": escape_md(group[0].label), "verdict": label,
+                     "number": escape_md("; ".join(numbers)) + (f" ({escape_md(rules)})" if rules else "")
+                     if numbers else escape_md(group[0].why or "n/a"),
+                     "where": escape_md(", ".join(f"{k} {val}" for k, val in common.items()) or "see Verdicts")})
+    return rows
+
+
+def summary(question: str, verdicts: Sequence[v.Verdict], headline: Sequence[str], gates: Sequence[v.GateResult],
+            level_checks: pd.DataFrame, sections: Sequence[str]) -> str:
+    """Long: the page's opening: the question, a verdict per candidate, before/after and gates, what
+    was not measured, the checks, and the links to the sections."""
+    text, _ = table(verdict_rows(verdicts), [Column("cause", "cause", keep=True), Column("verdict", "verdict"),
+                                             Column("number", "deciding number"), Column("where", "where")])
+    lines = [f"**Question.** {escape_md(question)}" if question else "",
+             text or ("No candidate could be measured." if verdicts else "No candidates in this campaign.")]
+    if any(x.suspect for x in verdicts):
+        lines.append("⚠ rests on a level that failed a check or lost runs to contention: see [Checks](#checks).")
+    bullets = [f"- **Before / after.** {h}" for h in headline]
+    bullets += [f"- **Gate.** {escape_md(g.gate)}: {escape_md(g.text)}: "
+                f"**{ {True: 'pass', False: 'FAIL', None: 'not measured'}[g.passed] }**" for g in gates]
+    measured = {x.label for x in verdicts if x.outcome != v.NOT_MEASURED}
+    by_why: dict[str, list[str]] = {}
+    for x in verdicts:  # a candidate measured at no scope, grouped by why
+        if x.outcome == v.NOT_MEASURED and x.label not in measured and x.label not in by_why.get(x.why, []):
+            by_why.setdefault(x.why, []).append(x.label)
+    if by_why:
+        bullets.append("- **Not measured.** " + "; ".join(f"{escape_md(', '.join(labels))}: {escape_md(why)}"
+                                                        for why, labels in by_why.items()))
+    bullets.append("- **Checks.** " + _checks_line(level_checks))
+    links = " · ".join(f"[{s}](#{anchor(s)})" for s in sections)
+    return join(*lines, "\n".join(bullets), f"Sections: {links}" if links else "")
+
+
+def _checks_line(level_checks: pd.DataFrame) -> str:
+    if level_checks is None or not len(level_checks):
+        return "no measured level to check."
+    suspect = level_checks[level_checks["suspect"].astype(bool)]
+    left = int(pd.to_numeric(level_checks["left_out"]).sum())
+    parts = []
+    if len(suspect):
+        names = ", ".join(f"{r.arm} b{r.batch} c{r.context}" for r in suspect.itertuples(index=False))
+        kinds = sorted({c.split(":")[0] for text in suspect["checks"] for c in str(text).split("; ") if c})
+        parts.append(f"{len(suspect)} of {len(level_checks)} levels suspect ({', '.join(kinds)}): {names}")
+    else:
+        parts.append(f"all {len(level_checks)} levels pass their checks")
+    if left:
+        parts.append(f"{left} contended run(s) left out of medians and verdicts")
+    return "; ".join(parts) + " ([Checks](#checks))."
+
+
+# ------------------------------------------------------------------------------------------ sections
+
+
+def section(title: str, intro: str = "", body: str = "", summary_line: str = "", figure: dict | None = None,
+            after: str = "") -> str:
+    """A `## title` section: intro, its figure (always shown), the bulk collapsed, then `after`."""
+    image = f"![{figure['alt']}]({figure['path']})" if figure else ""
+    folded = details(summary_line or "the table", body) if body else ""
+    content = join(intro, image, folded, after)
+    return join(f"## {title}", content) if content else ""
+
+
+def verdict_section(verdicts: Sequence[v.Verdict]) -> str:
+    rows = [{"label": escape_md(x.label), "scope": escape_md(x.scope), "outcome": x.outcome,
+             "evidence": escape_md(x.evidence)} for x in verdicts]
+    text, _ = table(rows, [Column("label", "candidate", keep=True), Column("scope", "where"),
+                           Column("outcome", "verdict"), Column("evidence", "evidence")])
+    questions = {x.label: x.question for x in verdicts if x.question}
+    qtext = "\n".join(f"- **{escape_md(k)}**: {escape_md(q)}" for k, q in questions.items())
+    return section("Verdicts", "Every candidate at every scope it applies to, with the number and the threshold "
+                   "that decided it.", join(text, qtext), f"{len(verdicts)} verdicts")
+
+
+def checks_section(level_checks: pd.DataFrame, limits: dict[str, tuple[float, float]]) -> str:
+    if level_checks is None or not len(level_checks):
+        return ""
+    rows = [{"arm": escape_md(r.arm), "backend": escape_md(r.backend), "batch": r.batch, "context": r.context,
+             "runs": f"{r.used} of {r.complete}" + (f", {r.left_out} left out ({escape_md(r.left_out_why)})"
+                                                     if r.left_out else ""),
+             "checks": escape_md(r.checks) if r.checks else "ok"}
+            for r in level_checks.itertuples(index=False)]
+    text, _ = table(rows, [Column("arm", "arm", keep=True), Column("backend", "backend"),
+                           Column("batch", "batch", True), Column("context", "context (tokens)", True),
+                           Column("runs", "runs used"), Column("checks", "checks")])
+    limit_text = "; ".join(f"{k} {lo:g}–{hi:g}×" for k, (lo, hi) in limits.items())
+    intro = ("Each level's figures against independent measures (perflib.checks): the server's decode tokens "
+             "against the client's, the counter step against the client's steady step and the responses' "
+             "timings at batch 1, the spread of the repeats, and the trace's step count against the client's "
+             f"cadence. Accepted: {limit_text}. Runs that other processes contended are left out.")
+    suspect = int(level_checks["suspect"].astype(bool).sum())
+    return section("Checks", intro, text, f"{len(rows)} levels, {suspect} suspect")
