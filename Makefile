@@ -9,15 +9,18 @@ PYTEST_ARGS ?=
 install: $(VENV)/.installed
 
 $(VENV)/.installed: pyproject.toml
-	$(PYTHON) -m venv $(VENV)
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)  # a conda env given as VENV is used as it is
 	$(PY) -m pip install -q -U pip
 	$(PY) -m pip install -q -e '.[dev,notebooks]'
 	$(PY) -m ipykernel install --user --name perflib --display-name "perflib (venv)" >/dev/null
 	touch $@
 
 # Main job: build (or reuse) llama-server, start it, run the demo campaign, write the results page.
+# Every `make demo` measures afresh into its own dated folder: a page never shows old numbers as new.
+DEMO_DATA ?= data/demo/$(shell date -u +%Y-%m-%dT%H%M%SZ)
 demo: install
-	$(VENV)/bin/perflib campaign run campaigns/demo.yaml
+	@echo "perflib demo: measuring afresh into $(DEMO_DATA) (rebuild its page: perflib campaign report campaigns/demo.yaml --data $(DEMO_DATA))"
+	$(VENV)/bin/perflib campaign run campaigns/demo.yaml --data $(DEMO_DATA)
 
 lint: install
 	$(VENV)/bin/ruff check perflib tests benchmarks scripts
