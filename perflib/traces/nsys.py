@@ -25,7 +25,7 @@ import numpy as np
 
 from perflib.errors import InputError
 from perflib.traces import schema
-from perflib.traces.sqlite import columns, connect, objects
+from perflib.traces.sqlite import columns, objects, reading
 from perflib.traces.trace import Trace
 
 if TYPE_CHECKING:
@@ -202,15 +202,16 @@ def _shift_to_unix(tables: tuple[pd.DataFrame, ...], epoch: Any) -> bool:
 def read_nsys(path: Path) -> Trace:
     """An nsys SQLite export -> Trace."""
     path = Path(path)
-    con = connect(path)
     try:
-        names = objects(con)
-        kernels, name_col = _kernels(con, path, names)
-        frames = ([kernels] if kernels is not None else []) + _copies_and_sets(con, path, names)
-        api, markers = _runtime(con, path, names), _nvtx(con, path, names)
-        epoch, export_meta = _session(con, names)
-    finally:
-        con.close()
+        with reading(path) as con:
+            names = objects(con)
+            kernels, name_col = _kernels(con, path, names)
+            frames = ([kernels] if kernels is not None else []) + _copies_and_sets(con, path, names)
+            api, markers = _runtime(con, path, names), _nvtx(con, path, names)
+            epoch, export_meta = _session(con, names)
+            opened = con.open_note or "mode=ro"
+    except sqlite3.Error as exc:  # a damaged page met anywhere in the file
+        raise InputError(path, None, "a readable SQLite database", str(exc)) from exc
     dispatches = schema.concat(frames or [schema.empty_dispatches(SOURCE)], schema.DISPATCH_COLUMNS)
     relative = _shift_to_unix((dispatches, api, markers), epoch)
     meta = {
@@ -219,5 +220,6 @@ def read_nsys(path: Path) -> Trace:
         "export_schema_version": export_meta.get("EXPORT_SCHEMA_VERSION"),
         "shifted_by_session_start": relative,
         "to_unix_ns": 0 if relative else None,
+        "sqlite_open": opened,
     }
     return Trace(dispatches, api, markers, "realtime" if relative else "unknown", SOURCE, str(path), meta)
