@@ -217,7 +217,9 @@ def read_stats(path: Path) -> pd.DataFrame:
     """`kernel_stats.csv`, `domain_stats.csv`, `*_stats.csv` (and legacy `results.stats.csv`).
 
     Columns `name, calls, total_ns, average_ns, percentage, min_ns, max_ns, stddev`; legacy files
-    have no min/max/stddev, which are then NaN (not computed), never 0.
+    have no min/max/stddev, which are then NaN (not computed), never 0. A legacy file (no MinNs) names
+    kernels as legacy `results.csv` does, `.kd` suffix included: it is dropped as the trace reader drops
+    it, so that both name a kernel alike.
     """
     import pyarrow as pa
 
@@ -250,9 +252,12 @@ def read_stats(path: Path) -> pd.DataFrame:
             return np.full(table.num_rows, np.nan)
         return table.column(names[key]).to_pandas().astype(dtype)
 
+    name = table.column(names["name"])
+    if "minns" not in names:
+        name = rocprof_legacy.clean_names(name)
     return pd.DataFrame(
         {
-            "name": csvread.string_column(table, names["name"]),
+            "name": name.to_pandas().astype("str"),
             "calls": col("calls", "int64"),
             "total_ns": col("totaldurationns", "int64"),
             "average_ns": col("averagens", "float64"),

@@ -98,3 +98,33 @@ def test_nsys_times_outside_the_session_are_not_shifted(tmp_path: Path) -> None:
 def legacy_rows() -> list[dict[str, str]]:
     with open(fixture("external", "rocprof-legacy", "hpctraining_finite-difference_results.csv"), newline="") as fh:
         return list(csv.DictReader(fh))
+
+
+def test_legacy_rocprof_names_lose_both_kd_suffixes() -> None:
+    """Names end in ` [clone .kd]` or in a bare `.kd` (`__amd_rocclr_fillBufferAligned.kd`): both go."""
+    rows = legacy_rows()
+    assert len(rows) == 1004
+    raw = {r["KernelName"] for r in rows}
+    assert any(n.endswith(" [clone .kd]") for n in raw) and "__amd_rocclr_fillBufferAligned.kd" in raw
+    trace = read_trace(fixture("external", "rocprof-legacy", "hpctraining_finite-difference_results.csv"))
+    assert trace.source == "rocprof-legacy" and len(trace.dispatches) == 1004
+    names = set(trace.dispatches["kernel"])
+    assert not any(n.endswith(".kd") or n.endswith("]") for n in names)
+    assert names == {n.removesuffix(" [clone .kd]").removesuffix(".kd") for n in raw}
+    assert "__amd_rocclr_fillBufferAligned" in names
+    assert trace.dispatches["start_ns"].tolist() == sorted(int(r["BeginNs"]) for r in rows)
+
+
+def test_legacy_stats_names_match_the_trace_and_counts_agree() -> None:
+    from perflib.traces import read_stats
+
+    trace = read_trace(fixture("external", "rocprof-legacy", "hpctraining_finite-difference_results.csv"))
+    stats = read_stats(fixture("external", "rocprof-legacy", "hpctraining_finite-difference_results.stats.csv"))
+    d = trace.dispatches
+    calls = d["kernel"].value_counts().to_dict()
+    assert set(stats["name"]) <= set(calls)  # every stats name is a trace name
+    assert set(stats["name"]) == set(calls)
+    assert dict(zip(stats["name"], stats["calls"], strict=True)) == calls
+    assert int(stats["calls"].sum()) == len(d) == 1004
+    busy = (d["end_ns"] - d["start_ns"]).groupby(d["kernel"]).sum().to_dict()
+    assert dict(zip(stats["name"], stats["total_ns"], strict=True)) == busy
