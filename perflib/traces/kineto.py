@@ -14,6 +14,14 @@ beyond that a value can be 1 ns off. `end_ns = start_ns + dur_ns`.
 Clock: Kineto's `ts` origin is arbitrary. With `baseTimeNanoseconds` (Unix ns = ts*1000 + base)
 the tables are shifted to Unix ns and `clock` is `realtime`; meta carries `base_time_ns` and
 `to_unix_ns` (the offset still to add: 0). Without it `clock` is `unknown` and `to_unix_ns` None.
+
+Build (`meta["build"]`, `rocm`, `cuda` or `unknown`): from the version fields the profiler writes at
+the top level (`hip_runtime_version`, `hip_driver_version`, `roctracer_version` in ROCm builds;
+`cuda_runtime_version`, `cuda_driver_version`, `cupti_version` in CUDA builds), else from the warp
+size of `deviceProperties` (64 on AMD, 32 on NVIDIA), else from the device names. Not from the names
+first: a ROCm build can leave every name empty (the vLLM MI300X trace). `meta["build_evidence"]`
+says which field decided.
+
 """
 
 from __future__ import annotations
@@ -32,6 +40,13 @@ SOURCE = "kineto"
 GPU_KINDS = {"kernel": "kernel", "gpu_memcpy": "memcpy", "gpu_memset": "memset"}
 API_CATS = ("cuda_runtime", "cuda_driver")
 MARKER_CATS = ("user_annotation", "gpu_user_annotation")
+VERSION_FIELDS = {
+    "rocm": ("hip_runtime_version", "hip_driver_version", "roctracer_version"),
+    "cuda": ("cuda_runtime_version", "cuda_driver_version", "cupti_version"),
+}
+"""Top-level fields that only one build of PyTorch's profiler writes."""
+TOP_FIELDS = ("baseTimeNanoseconds", "schemaVersion", "traceName", "deviceProperties",
+              *VERSION_FIELDS["rocm"], *VERSION_FIELDS["cuda"])
 
 
 def us_to_ns(values: np.ndarray) -> np.ndarray:
@@ -134,9 +149,28 @@ def extract(data: Any, path: Path) -> dict[str, Any]:
             cols["tid"] = [e.get("tid") for e in evs]
         return cols
 
-    top = {k: data.get(k) for k in ("baseTimeNanoseconds", "schemaVersion", "traceName", "deviceProperties")}
+    top = {k: data.get(k) for k in TOP_FIELDS}
     return {"gpu": columns(GPU_KINDS, True), "api": columns(API_CATS, False),
             "markers": columns(MARKER_CATS, False), "top": top}
+
+
+def build_of(top: dict[str, Any], devices: list[dict]) -> tuple[str, str]:
+    """(`rocm` | `cuda` | `unknown`, the field that told): version fields, then warp size, then names."""
+    for build, keys in VERSION_FIELDS.items():
+        for key in keys:
+            if top.get(key) is not None:
+                return build, f"{key} {top[key]!r}"
+    warps = {d.get("warpSize") for d in devices}
+    if 64 in warps:
+        return "rocm", "deviceProperties warpSize 64 (an AMD wavefront)"
+    if 32 in warps:
+        return "cuda", "deviceProperties warpSize 32"
+    names = " ".join(str(d.get("name") or "") for d in devices)
+    if any(w in names for w in ("AMD", "Radeon", "Instinct")):
+        return "rocm", "deviceProperties name"
+    if "NVIDIA" in names:
+        return "cuda", "deviceProperties name"
+    return "unknown", "no HIP or CUDA version field, warp size or device name"
 
 
 def build(cols: dict[str, Any], path: Path) -> Trace:
@@ -178,6 +212,7 @@ def build(cols: dict[str, Any], path: Path) -> Trace:
     api = schema.api_frame(host_table(cols["api"]), SOURCE, path, label_for(cols["api"]))
     markers = schema.marker_frame(host_table(cols["markers"]), SOURCE, path, label_for(cols["markers"]))
     devices = top.get("deviceProperties") or []
+    build_name, evidence = build_of(top, [d for d in devices if isinstance(d, dict)])
     meta = {
         "base_time_ns": base_ns,
         "to_unix_ns": 0 if base_ns is not None else None,
@@ -185,9 +220,8 @@ def build(cols: dict[str, Any], path: Path) -> Trace:
         "schema_version": top.get("schemaVersion"),
         "trace_name": top.get("traceName"),
         "devices": [d.get("name") for d in devices if isinstance(d, dict)],
-        "build": "rocm"
-        if any("AMD" in str(d.get("name", "")) for d in devices if isinstance(d, dict))
-        else "cuda",
+        "build": build_name,
+        "build_evidence": evidence,
         "ts_precision": "exact ns for |ts| < 2^42 us; 3-decimal us floats beyond may be 1 ns off",
     }
     clock = "realtime" if base_ns is not None else "unknown"

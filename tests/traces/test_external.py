@@ -9,7 +9,8 @@ from collections import Counter
 from datetime import UTC, datetime
 from pathlib import Path
 
-from support import fixture
+import pytest
+from support import REPO, fixture
 
 from perflib.traces import read_trace
 
@@ -128,3 +129,64 @@ def test_legacy_stats_names_match_the_trace_and_counts_agree() -> None:
     assert int(stats["calls"].sum()) == len(d) == 1004
     busy = (d["end_ns"] - d["start_ns"]).groupby(d["kernel"]).sum().to_dict()
     assert dict(zip(stats["name"], stats["total_ns"], strict=True)) == busy
+
+
+KINETO_BUILDS = {
+    # file below the fixtures folder -> the GPU it was captured on (SOURCES.md) -> its build
+    "external/kineto/tracelens_sglang_Qwen3-8B_decode_mi300x.json.gz": "rocm",  # MI300X, HIP 7.2
+    "external/kineto/tracelens_vllm_decode_full_graph_execution_mi300x.json.gz": "rocm",  # MI300X, HIP 7.0
+    "external/kineto/tracelens_h100_Qwen1.5-0.5B-Chat__1016005.json.gz": "cuda",  # H100
+    "kineto/mi250_minitoy_train_ROCm6_2_kineto.json.gz": "rocm",  # MI250, ROCm 6.2
+    "kineto/a100_event_sync_trace.json.gz": "cuda",
+    "kineto/a100_simple_add_trace.json.gz": "cuda",
+    "kineto/a100_triton_example.json.gz": "cuda",
+}
+
+
+def load_gz_json(path: Path) -> dict:
+    import gzip
+    import json
+
+    return json.loads(gzip.decompress(path.read_bytes()))
+
+
+@pytest.mark.parametrize("rel", sorted(KINETO_BUILDS))
+def test_every_kineto_fixture_gets_its_build(rel: str) -> None:
+    path = fixture(*rel.split("/"))
+    assert read_trace(path).meta["build"] == KINETO_BUILDS[rel]
+
+
+def test_committed_h200_kineto_traces_are_cuda() -> None:
+    paths = sorted((REPO / "data" / "raw" / "h200-pytorch").glob("*.json.gz"))
+    assert paths
+    for path in paths:
+        assert read_trace(path).meta["build"] == "cuda", path
+
+
+def test_rocm_build_with_every_device_name_empty() -> None:
+    """The vLLM MI300X trace names no device, yet HIP and roctracer versions and warp size 64 say ROCm."""
+    path = fixture("external", "kineto", "tracelens_vllm_decode_full_graph_execution_mi300x.json.gz")
+    doc = load_gz_json(path)
+    assert doc["deviceProperties"] and all(d["name"] == "" for d in doc["deviceProperties"])
+    assert "hip_runtime_version" in doc and {d["warpSize"] for d in doc["deviceProperties"]} == {64}
+    trace = read_trace(path)
+    assert trace.meta["build"] == "rocm" and "hip_runtime_version" in trace.meta["build_evidence"]
+
+
+def test_rocm_build_told_by_warp_size_alone_and_unknown_without_evidence(tmp_path: Path) -> None:
+    """The same trace with its version fields removed is still ROCm (warp size 64); with the warp size
+    removed too, nothing tells, and the build is `unknown`, not a guessed `cuda`."""
+    import gzip
+    import json
+
+    doc = load_gz_json(fixture("external", "kineto", "tracelens_vllm_decode_full_graph_execution_mi300x.json.gz"))
+    for key in ("hip_runtime_version", "hip_driver_version", "roctracer_version"):
+        doc.pop(key, None)
+    path = tmp_path / "no_versions.json.gz"
+    path.write_bytes(gzip.compress(json.dumps(doc).encode()))
+    trace = read_trace(path)
+    assert trace.meta["build"] == "rocm" and "warpSize 64" in trace.meta["build_evidence"]
+    for d in doc["deviceProperties"]:
+        d.pop("warpSize")
+    path.write_bytes(gzip.compress(json.dumps(doc).encode()))
+    assert read_trace(path).meta["build"] == "unknown"
