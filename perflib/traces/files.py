@@ -68,14 +68,22 @@ def read_head(path: Path, size: int = 65536) -> bytes:
     return head
 
 
-def load_json(path: Path) -> Any:
-    """Parse (gunzipped) JSON; a cut or malformed file is an `InputError` with line and column."""
+def load_json(path: Path, exact: bool = False) -> Any:
+    """Parse (gunzipped) JSON; a cut or malformed file is an `InputError` with line and column.
+
+    With `exact`, numbers with a fraction or exponent become `decimal.Decimal`, their digits kept as
+    written (the stdlib parser's `parse_float`; orjson has no such hook); ints are ints either way.
+    """
     raw = read_bytes(path)
     # json.loads allocates millions of small objects, none cyclic: pausing the cyclic GC while it
     # runs saves a third of the parse time on large traces.
     enabled = gc.isenabled()
     gc.disable()
     try:
+        if exact:
+            from decimal import Decimal
+
+            return json.loads(raw, parse_float=Decimal)
         try:
             import orjson  # 2-3x faster than json on large traces; same values
         except ImportError:  # pragma: no cover - orjson is a dependency
@@ -94,6 +102,10 @@ def load_json(path: Path) -> Any:
         ) from exc
     except UnicodeDecodeError as exc:
         raise InputError(path, f"byte {exc.start}", "UTF-8 JSON text", str(exc)) from exc
+    except ValueError as exc:  # an integer of more digits than Python converts (4300)
+        raise InputError(path, None, "JSON numbers of a sensible length", str(exc)[:200]) from exc
+    except RecursionError as exc:
+        raise InputError(path, None, "JSON nested to a sensible depth", "deeper than the parser's limit") from exc
     finally:
         if enabled:
             gc.enable()
