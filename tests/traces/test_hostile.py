@@ -115,3 +115,119 @@ def test_rocprof_json_without_processes_is_an_empty_trace(tmp_path: Path) -> Non
     trace = read_trace(path)
     assert len(trace.dispatches) == len(trace.api) == len(trace.markers) == 0
     assert trace.meta["processes"] == 0
+
+
+# --- perflib Parquet ------------------------------------------------------------------------------
+
+
+def parquet_file(tmp_path: Path, meta: Any = None, change=None, name: str = "trace.parquet") -> Path:
+    """A cut written by perflib, its `perflib.trace` metadata replaced by `meta` (bytes or JSON-able)
+    and its table passed through `change` (a pyarrow Table -> Table)."""
+    import pyarrow.parquet as pq
+
+    from perflib.traces.parquet import write_trace_parquet
+    from perflib.traces.trace import Trace
+
+    t = table(8)
+    trace = Trace(t, schema.empty_api("cupti-text"), schema.empty_markers("cupti-text"), "realtime", "cupti-text",
+                  "lifetime.txt", {"devices": ["H200"]})
+    path = write_trace_parquet(trace, tmp_path / name)
+    data = pq.read_table(path)
+    if change is not None:
+        data = change(data)
+    if meta is not None:
+        raw = meta if isinstance(meta, bytes) else json.dumps(meta).encode()
+        data = data.replace_schema_metadata({**(data.schema.metadata or {}), b"perflib.trace": raw})
+    pq.write_table(data, path)
+    return path
+
+
+GOOD_META = {"clock": "realtime", "source": "cupti-text", "path": "x", "meta": {}, "cut": {"start_ns": 1, "end_ns": 9}}
+
+
+def with_column(name: str, values: list, type_=None):
+    import pyarrow as pa
+
+    def change(t):
+        i = t.schema.get_field_index(name)
+        return t.set_column(i, name, pa.array(values, type=type_))
+    return change
+
+
+MK = "metadata perflib.trace"
+PARQUET: list[tuple[str, dict, str, str]] = [
+    ("meta-not-json", {"meta": b"{not json"}, MK, "JSON text"),
+    ("meta-not-utf8", {"meta": b"\xff\xfe"}, MK, "JSON text"),
+    ("meta-list", {"meta": [1, 2]}, MK, "a JSON object"),
+    ("meta-string", {"meta": "realtime"}, MK, "a JSON object"),
+    ("clock-number", {"meta": {**GOOD_META, "clock": 5}}, f"{MK}, key clock", "one of"),
+    ("clock-unknown-name", {"meta": {**GOOD_META, "clock": "martian"}}, f"{MK}, key clock", "one of"),
+    ("source-empty", {"meta": {**GOOD_META, "source": ""}}, f"{MK}, key source", "a format id"),
+    ("source-list", {"meta": {**GOOD_META, "source": ["x"]}}, f"{MK}, key source", "a format id"),
+    ("meta-meta-list", {"meta": {**GOOD_META, "meta": [1]}}, f"{MK}, key meta", "an object"),
+    ("cut-string", {"meta": {**GOOD_META, "cut": "yesterday"}}, f"{MK}, key cut", "null or"),
+    ("cut-float", {"meta": {**GOOD_META, "cut": {"start_ns": 1.5, "end_ns": None}}}, f"{MK}, key cut", "integers"),
+    ("start-null", {"change": with_column("start_ns", [1, 2, None, 4, 5, 6, 7, 8])}, "row 3, column start_ns",
+     "an integer ns"),
+    ("end-null", {"change": with_column("end_ns", [None] * 8, __import__("pyarrow").int64())}, "row 1, column end_ns",
+     "an integer ns"),
+    ("end-null-type", {"change": with_column("end_ns", [None] * 8)}, "column end_ns", "an integer column"),
+    ("start-float", {"change": with_column("start_ns", [1.0] * 8)}, "column start_ns", "an integer column"),
+    ("start-text", {"change": with_column("start_ns", ["1"] * 8)}, "column start_ns", "an integer column"),
+    ("start-uint64-huge", {"change": with_column("start_ns", [2**63 + 1] * 8, __import__("pyarrow").uint64())},
+     "row 1, column start_ns", "fits int64"),
+    ("device-text", {"change": with_column("device", ["0"] * 8)}, "column device", "an integer column"),
+    ("kind-unknown", {"change": with_column("kind", ["kernel"] * 7 + ["gpu"])}, "row 8, column kind", "kind kernel"),
+    ("kernel-null", {"change": with_column("kernel", ["a"] * 3 + [None] * 5)}, "row 4, column kernel", "a name"),
+    ("kernel-ints", {"change": with_column("kernel", list(range(8)))}, "column kernel", "a text column"),
+    ("column-missing", {"change": lambda t: t.drop_columns(["end_ns"])}, "columns", "the dispatch columns"),
+    ("column-twice", {"change": lambda t: t.append_column("start_ns", t.column("start_ns"))}, "",
+     "a readable Parquet file"),  # pyarrow itself refuses a second start_ns
+]
+
+
+@pytest.mark.parametrize("case", [c[1:] for c in PARQUET], ids=[c[0] for c in PARQUET])
+def test_parquet_odd_metadata_and_columns_are_input_errors(tmp_path: Path, case) -> None:
+    spec, where, expected = case
+    path = parquet_file(tmp_path, spec.get("meta"), spec.get("change"))
+    expect_error(path, where, expected)
+
+
+def test_parquet_null_ids_are_unknown_and_the_times_are_kept(tmp_path: Path) -> None:
+    path = parquet_file(tmp_path, change=with_column("device", [None, 1] * 4))
+    d = read_trace(path).dispatches
+    assert d["device"].tolist() == [-1, 1] * 4
+    assert d["start_ns"].tolist() == table(8)["start_ns"].tolist()
+
+
+def test_parquet_null_start_no_longer_reads_as_a_huge_window(tmp_path: Path) -> None:
+    """A null start_ns once read as -1: the dispatch then spanned from 1970, 1.7e12 ms of GPU busy."""
+    path = parquet_file(tmp_path, change=with_column("start_ns", [None] + table(8)["start_ns"].tolist()[1:]))
+    with pytest.raises(InputError, match=r"row 1, column start_ns: expected an integer ns timestamp, found null"):
+        read_trace(path)
+
+
+def test_a_parquet_that_is_not_perflibs_is_named(tmp_path: Path) -> None:
+    import pandas as pd
+
+    path = tmp_path / "other.parquet"
+    pd.DataFrame({"start_ns": [1, 2]}).to_parquet(path)
+    expect_error(path, "metadata", "a perflib trace")
+
+
+# --- the canonical tables themselves --------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("start", "found"), [([1.0, float("nan")], "nan"), ([1.0, 2.5], "2.5"),
+                                              ([1.0, float("inf")], "inf"), ([1, None], "None"),
+                                              ([True, False], "True"), ([1.0, 1e19], "1e+19")])
+def test_dispatch_frame_refuses_times_that_are_not_int64(start: list, found: str) -> None:
+    with pytest.raises(InputError, match=r"row \d, column start_ns: expected an int64 integer \(ns\)") as info:
+        schema.dispatch_frame({"kernel": ["a", "b"], "start_ns": start, "end_ns": [5, 6]}, "x", "made here")
+    assert found in str(info.value)
+
+
+def test_dispatch_frame_ids_that_are_not_integers_are_unknown() -> None:
+    d = schema.dispatch_frame({"kernel": ["a"] * 4, "start_ns": [1, 2, 3, 4], "end_ns": [5, 6, 7, 8],
+                               "device": [0.0, float("nan"), 1.5, 3.0], "stream": [1, None, "x", 2]}, "x", "made here")
+    assert d["device"].tolist() == [0, -1, -1, 3] and d["stream"].tolist() == [1, -1, -1, 2]
