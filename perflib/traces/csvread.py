@@ -110,7 +110,9 @@ def read_arrow(path: Path, header: list[str], types: dict[str, Any], int_columns
         raise locate_error(path, header, int_columns, str(exc)) from exc
 
 
-def int_column(table: Any, name: str | None, n: int, path: Path, required: bool = False) -> np.ndarray:
+def int_column(table: Any, name: str | None, n: int, path: Path, required: bool = False,
+               expected: str = "an integer timestamp (ns)") -> np.ndarray:
+    """An int64 column; an empty cell is -1 (unknown), or with `required` an `InputError` naming its line."""
     import pyarrow.compute as pc
 
     if name is None:
@@ -119,9 +121,7 @@ def int_column(table: Any, name: str | None, n: int, path: Path, required: bool 
     if col.null_count:
         if required:
             first = int(np.flatnonzero(pc.is_null(col).to_numpy(zero_copy_only=False))[0])
-            raise InputError(
-                path, f"line {first + 2}, column {name}", "an integer timestamp (ns)", "an empty cell"
-            )
+            raise InputError(path, f"line {first + 2}, column {name}", expected, "an empty cell")
         col = pc.fill_null(col, -1)
     return col.to_numpy().astype(np.int64, copy=False)
 

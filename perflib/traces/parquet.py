@@ -132,20 +132,29 @@ def read_trace_parquet(path: str | Path) -> Trace:
     path = Path(path)
     try:
         table = pq.read_table(path)
+        names = table.column_names  # decoded here: a damaged file can hold names that are not UTF-8
+        raw = (table.schema.metadata or {}).get(_META_KEY)
     except Exception as exc:  # pyarrow raises several types for a damaged file
         raise InputError(path, None, "a readable Parquet file", f"{type(exc).__name__}: {exc}") from exc
-    raw = (table.schema.metadata or {}).get(_META_KEY)
     if raw is None:
         raise InputError(path, "metadata", f"a perflib trace (Parquet metadata key {_META_KEY.decode()!r})",
                          "a Parquet file without it")
     info = _info(path, raw)
-    missing = [c for c in schema.DISPATCH_COLUMNS if c not in table.column_names]
+    missing = [c for c in schema.DISPATCH_COLUMNS if c not in names]
     if missing:
         raise InputError(path, "columns", f"the dispatch columns {schema.DISPATCH_COLUMNS}", f"missing {missing}")
     source = info.get("source", "perflib-parquet")
-    columns = {c: _text_column(table, c, path) for c in ("kernel", "kind")}
-    for c in ("start_ns", "end_ns", "device", "queue", "stream", "correlation_id"):
-        columns[c] = _int_column(table, c, path, required=c in ("start_ns", "end_ns"))
+    columns = {}
+    for c in schema.DISPATCH_COLUMNS[:-1]:  # all but source, which the metadata gives
+        try:
+            if c in ("kernel", "kind"):
+                columns[c] = _text_column(table, c, path)
+            else:
+                columns[c] = _int_column(table, c, path, required=c in ("start_ns", "end_ns"))
+        except InputError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - values pyarrow cannot convert (text that is not UTF-8, ...)
+            raise InputError(path, f"column {c}", "values that can be read", f"{type(exc).__name__}: {exc}"[:200]) from exc
     dispatches = schema.dispatch_frame(columns, source, path)
     meta = dict(info.get("meta") or {})
     meta["original_path"] = info.get("path")

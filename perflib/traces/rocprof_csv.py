@@ -250,6 +250,9 @@ def read_stats(path: Path) -> pd.DataFrame:
     def col(key: str, dtype: str) -> Any:
         if key not in names:
             return np.full(table.num_rows, np.nan)
+        if dtype == "int64":  # Calls, TotalDurationNs: an empty cell is no count
+            return csvread.int_column(table, names[key], table.num_rows, path, required=True,
+                                      expected="an integer (a count or ns)")
         return table.column(names[key]).to_pandas().astype(dtype)
 
     name = table.column(names["name"])

@@ -303,3 +303,41 @@ def test_rocpd_odd_metadata_rows_and_odd_id_cells_are_read(tmp_path: Path) -> No
     kernels = trace.dispatches[trace.dispatches["kind"] == "kernel"].reset_index(drop=True)
     assert kernels.loc[1, "queue"] == -1 and kernels.loc[1, "stream"] == -1 and kernels.loc[0, "queue"] == 1
     assert "None" not in set(kernels["kernel"]) and "" in set(kernels["kernel"])
+
+
+# --- found by tests/fuzz/test_readers.py ----------------------------------------------------------
+
+
+def test_stats_with_an_empty_count_names_the_line(tmp_path: Path) -> None:
+    """An empty Calls cell was a pandas IntCastingNaNError (fuzz: csv cell edit on a stats file)."""
+    from perflib.traces import read_stats
+
+    path = tmp_path / "results.stats.csv"
+    path.write_text('"Name","Calls","TotalDurationNs","AverageNs","Percentage"\n"k [clone .kd]",,10,5.0,100.0\n')
+    with pytest.raises(InputError, match=r"line 2, column Calls: expected an integer \(a count or ns\), found an empty"):
+        read_stats(path)
+    path.write_text('"Name","Calls","TotalDurationNs","AverageNs","Percentage","MinNs","MaxNs","StdDev"\n'
+                    '"k",2,,5.0,100.0,1,9,0.5\n')
+    with pytest.raises(InputError, match="line 2, column TotalDurationNs"):
+        read_stats(path)
+
+
+def test_parquet_column_name_that_is_not_utf8_is_an_input_error(tmp_path: Path) -> None:
+    """A flipped byte in a column name was a UnicodeDecodeError from pyarrow (fuzz: byte flip)."""
+    path = parquet_file(tmp_path)
+    raw = path.read_bytes()
+    assert raw.count(b"correlation_id") >= 1
+    path.write_bytes(raw.replace(b"correlation_id", b"correlati\xe5n_id"))
+    expect_error(path, "", "a readable Parquet file")
+
+
+def test_parquet_text_values_that_are_not_utf8_are_an_input_error(tmp_path: Path) -> None:
+    """Kernel names whose bytes are not UTF-8 were a pyarrow ArrowException on conversion (fuzz: byte flip)."""
+    import pyarrow.parquet as pq
+
+    path = parquet_file(tmp_path)
+    pq.write_table(pq.read_table(path), path, compression="none", use_dictionary=False)
+    raw = path.read_bytes()
+    assert b"rmsnorm" in raw
+    path.write_bytes(raw.replace(b"rmsnorm", b"rms\xfform"))  # same length: the pages stay where they are
+    expect_error(path, "column kernel", "values that can be read")
