@@ -75,11 +75,14 @@ def locate_error(path: Path, header: list[str], int_columns: set[str], arrow_mes
             for i in int_idx:
                 value = row[i].strip()
                 try:
-                    int(value)
+                    number = int(value)
                 except ValueError:
                     return InputError(
                         path, f"line {line}, column {header[i]}", "an integer (ns or id)", repr(row[i])
                     )
+                if not -(2**63) <= number < 2**63:
+                    return InputError(path, f"line {line}, column {header[i]}", "an integer that fits int64 (ns or id)",
+                                      repr(row[i])[:80])
     except csv.Error as exc:
         return InputError(path, f"line {reader.line_num}", "well-formed CSV", str(exc))
     return InputError(path, None, "CSV that pyarrow can parse", arrow_message)

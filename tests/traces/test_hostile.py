@@ -341,3 +341,29 @@ def test_parquet_text_values_that_are_not_utf8_are_an_input_error(tmp_path: Path
     assert b"rmsnorm" in raw
     path.write_bytes(raw.replace(b"rmsnorm", b"rms\xfform"))  # same length: the pages stay where they are
     expect_error(path, "column kernel", "values that can be read")
+
+
+def test_cupti_numbers_beyond_int64_are_garbled_records_not_overflow(tmp_path: Path) -> None:
+    """A record whose times run past int64 (digits of two numbers run together) was a numpy
+    OverflowError; it is a garbled record now, skipped and counted, and an id past int64 is -1."""
+    good = 'CONCURRENT_KERNEL [ 1000, 2000 ] duration 1000, "k_a", correlationId 1\n\tdeviceId 0, streamId 7\n'
+    path = tmp_path / "server.log"
+    path.write_text(good * 20 + 'CONCURRENT_KERNEL [ 99999999999999999999, 99999999999999999999 ] duration 0, "k"\n'
+                    + 'CONCURRENT_KERNEL [ 3000, 4000 ] duration 1000, "k_b", correlationId 2\n'
+                    + "\tdeviceId 0, streamId 99999999999999999999, contextId " + "7" * 5000 + "\n")
+    trace = read_trace(path)
+    assert len(trace.dispatches) == 21 and trace.meta["malformed_record_lines"] == 1
+    assert trace.meta["malformed_record_line_numbers"] == [41]
+    assert trace.dispatches["stream"].tolist() == [7] * 20 + [-1]
+
+
+def test_csv_timestamp_beyond_int64_names_line_and_column(tmp_path: Path) -> None:
+    """pyarrow refuses it; the located error once said only 'CSV that pyarrow can parse'."""
+    path = writers.write_kernel_trace_csv(table(), tmp_path / "x_kernel_trace.csv", "D")
+    lines = path.read_text().splitlines()
+    cells = lines[2].split(",")
+    header = [h.strip('"') for h in lines[0].split(",")]
+    cells[header.index("Start_Timestamp")] = "99999999999999999999"
+    lines[2] = ",".join(cells)
+    path.write_text("\n".join(lines) + "\n")
+    expect_error(path, "line 3, column Start_Timestamp", "fits int64")
