@@ -27,7 +27,7 @@ def header_of(path: Path) -> list[str]:
     """The header row as written (quotes removed), from the first line of the file."""
     head = files.read_head(path)
     text = head.decode("utf-8", errors="replace")
-    first = text.splitlines()[0] if text else ""
+    first = text.split("\n", 1)[0].rstrip("\r")  # a CSV line ends at \n only (splitlines also splits at \v, \f, ...)
     if not first.strip():
         raise InputError(path, "line 1", "a CSV header line", "an empty file" if not text else "a blank line")
     return next(csv.reader([first]))
@@ -109,7 +109,7 @@ def read_arrow(path: Path, header: list[str], types: dict[str, Any], int_columns
                 quoted_strings_can_be_null=False,
             ),
         )
-    except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
+    except pa.ArrowException as exc:  # ArrowInvalid, ArrowTypeError, ArrowKeyError (a header pyarrow reads otherwise)
         raise locate_error(path, header, int_columns, str(exc)) from exc
 
 
@@ -146,10 +146,14 @@ def agent_column(table: Any, name: str | None, n: int) -> np.ndarray:
 
 
 def agent_number(value: str | None) -> int:
+    """`4`, `"Agent 4"`, `"GPU 3"` -> 4, 3; empty, other text, or a number past int64 -> -1 (unknown)."""
     if value is None:
         return -1
     match = _AGENT_NUMBER.search(value)
-    return int(match.group(1)) if match else -1
+    if not match or len(match.group(1)) > 20:
+        return -1
+    number = int(match.group(1))
+    return number if -(2**63) <= number < 2**63 else -1
 
 
 def string_column(table: Any, name: str) -> pd.Series:

@@ -310,7 +310,7 @@ def read_csv_table(path: Path) -> tuple[str, pd.DataFrame]:
             source,
             convert_options=pacsv.ConvertOptions(column_types=explicit, strings_can_be_null=False),
         )
-    except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
+    except pa.ArrowException as exc:
         raise csvread.locate_error(path, header, int_cols, str(exc)) from exc
     n = table.num_rows
     out: dict[str, Any] = {}

@@ -367,3 +367,24 @@ def test_csv_timestamp_beyond_int64_names_line_and_column(tmp_path: Path) -> Non
     lines[2] = ",".join(cells)
     path.write_text("\n".join(lines) + "\n")
     expect_error(path, "line 3, column Start_Timestamp", "fits int64")
+
+
+def test_csv_agent_id_beyond_int64_is_unknown(tmp_path: Path) -> None:
+    """`"Agent 99999999999999999999"` was an OverflowError (fuzz: csv cell edit on every kernel header)."""
+    path = writers.write_kernel_trace_csv(table(), tmp_path / "x_kernel_trace.csv", "D")
+    text = path.read_text()
+    assert text.count('"Agent 2"') == 3 or text.count("Agent 2") == 3
+    path.write_text(text.replace("Agent 2", "Agent 99999999999999999999", 1))
+    d = read_trace(path).dispatches
+    assert d["device"].tolist() == [-1, 2, 2]
+
+
+def test_csv_header_ending_in_a_vertical_tab_names_line_1(tmp_path: Path) -> None:
+    """A flipped bit turned the header's newline into \\v: Python's splitlines() ended the header there,
+    pyarrow did not, and pyarrow's ArrowKeyError came through (fuzz: byte flip on a stats file)."""
+    from perflib.traces import read_stats
+
+    path = tmp_path / "results.stats.csv"
+    path.write_bytes(b'"Name","Calls","TotalDurationNs","AverageNs","Percentage"\x0b"k [clone .kd]",2,10,5,100.0\n')
+    with pytest.raises(InputError, match="line 1"):
+        read_stats(path)
