@@ -30,7 +30,10 @@ def header_of(path: Path) -> list[str]:
     first = text.split("\n", 1)[0].rstrip("\r")  # a CSV line ends at \n only (splitlines also splits at \v, \f, ...)
     if not first.strip():
         raise InputError(path, "line 1", "a CSV header line", "an empty file" if not text else "a blank line")
-    return next(csv.reader([first]))
+    try:
+        return next(csv.reader([first]))
+    except csv.Error as exc:  # a stray \r inside the line, say
+        raise InputError(path, "line 1", "a CSV header line", str(exc)) from exc
 
 
 def columns(path: Path, header: list[str], kind: str, required: Sequence[str] = ()) -> dict[str, str]:

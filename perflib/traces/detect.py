@@ -21,12 +21,10 @@ _CUPTI_RECORD = re.compile(
 
 def sqlite_flavour(path: Path) -> str:
     """`rocpd` or `nsys-sqlite`; anything else is an `InputError` saying what was expected."""
-    import sqlite3
-
     try:
         with sqlite.reading(path) as con:
             names = sqlite.objects(con)
-    except sqlite3.Error as exc:  # a damaged file: the header read, its schema does not
+    except sqlite.ERRORS as exc:  # a damaged file: the header read, its schema does not
         raise InputError(path, "sqlite_master", "a readable SQLite database", str(exc)) from exc
     if "rocpd_metadata" in names or any(n.startswith("rocpd_") for n in names):
         return "rocpd"

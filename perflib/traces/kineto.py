@@ -286,7 +286,7 @@ def build_of(top: dict[str, Any], devices: list[dict]) -> tuple[str, str]:
         for key in keys:
             if top.get(key) is not None:
                 return build, f"{key} {top[key]!r}"
-    warps = {d.get("warpSize") for d in devices}
+    warps = {d.get("warpSize") for d in devices if type(d.get("warpSize")) is int}
     if 64 in warps:
         return "rocm", "deviceProperties warpSize 64 (an AMD wavefront)"
     if 32 in warps:

@@ -31,7 +31,7 @@ import numpy as np
 
 from perflib.errors import InputError
 from perflib.traces import schema
-from perflib.traces.sqlite import columns, fetch, objects, reading
+from perflib.traces.sqlite import ERRORS, columns, fetch, objects, reading
 from perflib.traces.trace import Trace
 
 if TYPE_CHECKING:
@@ -248,7 +248,7 @@ def read_nsys(path: Path) -> Trace:
             api, markers = _runtime(con, path, names), _nvtx(con, path, names)
             session = _session(con, path, names)
             opened = con.open_note or "mode=ro"
-    except sqlite3.Error as exc:  # a damaged page met anywhere in the file
+    except ERRORS as exc:  # a damaged page met anywhere in the file
         raise InputError(path, None, "a readable SQLite database", str(exc)) from exc
     dispatches = schema.concat(frames or [schema.empty_dispatches(SOURCE)], schema.DISPATCH_COLUMNS)
     relative, why = _shift_to_unix((dispatches, api, markers), session)

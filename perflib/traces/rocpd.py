@@ -17,7 +17,7 @@ import numpy as np
 from perflib.errors import InputError
 from perflib.traces import schema
 from perflib.traces.rocprof import ROCPROF_CLOCK, ROCPROF_CLOCK_CANDIDATES
-from perflib.traces.sqlite import columns, fetch, objects, reading
+from perflib.traces.sqlite import ERRORS, columns, fetch, objects, reading
 from perflib.traces.trace import Trace
 
 if TYPE_CHECKING:
@@ -43,7 +43,7 @@ def _query(
             raise InputError(path, f"view {view}", f"a column {' or '.join(choices)}", ", ".join(cols))
     try:
         rows = con.execute(f"SELECT {', '.join(exprs)} FROM `{view}`").fetchall()
-    except sqlite3.DatabaseError as exc:
+    except ERRORS as exc:
         raise InputError(path, f"view {view}", "a readable rocpd view", str(exc)) from exc
     keys = list(wanted)
     return {k: [r[i] for r in rows] for i, k in enumerate(keys)}
@@ -173,7 +173,7 @@ def read_rocpd(path: Path) -> Trace:
             else:
                 api, markers = schema.empty_api(SOURCE), schema.empty_markers(SOURCE)
             opened = con.open_note or "mode=ro"
-    except sqlite3.Error as exc:  # a damaged page met anywhere in the file
+    except ERRORS as exc:  # a damaged page met anywhere in the file
         raise InputError(path, None, "a readable SQLite database", str(exc)) from exc
     version = meta_rows.get("schema_version")
     meta = {

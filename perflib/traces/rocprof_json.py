@@ -93,7 +93,9 @@ def _agents(proc: dict, path: Path, where: str) -> dict[Any, int]:
         handle = _object(a.get("id"), path, f"{here}.id", "an id object with a handle", {}).get("handle")
         index = a.get("logical_node_id", a.get("node_id", -1))
         for name, value in (("id.handle", handle), ("logical_node_id", index)):
-            if type(value) is not int and not (name == "id.handle" and value is None):
+            if name == "id.handle" and value is None:
+                continue
+            if type(value) is not int or not INT64_MIN <= value <= INT64_MAX:
                 raise InputError(path, f"{here}.{name}", "an integer", repr(value)[:80])
         out[handle] = index
     return out

@@ -29,6 +29,9 @@ SIDECARS = ("-wal", "-shm")
 """The files SQLite keeps beside a WAL-mode database while it is open."""
 _CANTOPEN = 14
 _READONLY = 8
+ERRORS = (sqlite3.Error, UnicodeDecodeError)
+"""What a damaged database raises: SQLite's errors, and a UnicodeDecodeError where the message SQLite
+gives quotes bytes of a damaged schema that are not UTF-8."""
 
 
 class ReadOnlyConnection(sqlite3.Connection):
@@ -82,7 +85,7 @@ def connect(path: Path) -> ReadOnlyConnection:
     path = given.resolve()
     try:
         return _open(path, _uri(path))
-    except sqlite3.Error as exc:
+    except ERRORS as exc:
         code = getattr(exc, "sqlite_errorcode", None)
         refused = code is not None and (code == _CANTOPEN or code & 0xFF == _READONLY)
         if not (refused and _is_wal(path) and _read_only_folder(path)):
@@ -94,7 +97,7 @@ def connect(path: Path) -> ReadOnlyConnection:
                          f"{wal.name} holding {wal.stat().st_size} bytes of changes not yet in the database")
     try:
         con = _open(path, _uri(path, immutable=True))
-    except sqlite3.Error as exc:
+    except ERRORS as exc:
         raise InputError(given, None, "a readable SQLite database", str(exc)) from exc
     con.open_note = ("immutable=1: a WAL-mode database in a read-only folder, where its -shm cannot be created; "
                      "read from the main file alone (no -wal file beside it)")
@@ -155,7 +158,7 @@ def columns(con: sqlite3.Connection, table: str, path: Path | None = None) -> li
     """Column names of a table or view, in order; a view that cannot be resolved is an `InputError`."""
     try:
         return [r[1] for r in con.execute(f"PRAGMA table_info(`{table}`)")]
-    except sqlite3.Error as exc:
+    except ERRORS as exc:
         raise InputError(path or "sqlite", f"table {table}", "a table or view whose columns can be read",
                          str(exc)) from exc
 
@@ -164,5 +167,5 @@ def fetch(con: sqlite3.Connection, path: Path, sql: str, where: str, expected: s
     """All rows of `sql`; an SQLite error is an `InputError` naming `where`."""
     try:
         return con.execute(sql).fetchall()
-    except sqlite3.Error as exc:
+    except ERRORS as exc:
         raise InputError(path, where, expected, str(exc)) from exc

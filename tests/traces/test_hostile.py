@@ -87,6 +87,8 @@ ROCPROF_JSON: list[tuple[str, Any, str, str]] = [
      f"{P0}.agents[1].id.handle", "an integer"),
     ("agent-index-string", lambda d: proc(d)["agents"][1].__setitem__("logical_node_id", "2"),
      f"{P0}.agents[1].logical_node_id", "an integer"),
+    ("agent-index-2-to-63", lambda d: proc(d)["agents"][1].__setitem__("logical_node_id", 2**63),
+     f"{P0}.agents[1].logical_node_id", "an integer"),
     ("pid-string", lambda d: proc(d)["metadata"].__setitem__("pid", "12"), f"{P0}.metadata.pid", "an integer"),
     ("pid-float", lambda d: proc(d)["metadata"].__setitem__("pid", 12.5), f"{P0}.metadata.pid", "an integer"),
     ("metadata-list", lambda d: proc(d).__setitem__("metadata", [1]), f"{P0}.metadata", "a metadata object"),
@@ -388,3 +390,32 @@ def test_csv_header_ending_in_a_vertical_tab_names_line_1(tmp_path: Path) -> Non
     path.write_bytes(b'"Name","Calls","TotalDurationNs","AverageNs","Percentage"\x0b"k [clone .kd]",2,10,5,100.0\n')
     with pytest.raises(InputError, match="line 1"):
         read_stats(path)
+
+
+def test_sqlite_schema_bytes_that_are_not_utf8_are_an_input_error(tmp_path: Path) -> None:
+    """A damaged schema whose object names are not UTF-8 made SQLite's error message undecodable: a
+    UnicodeDecodeError came out of sqlite3 (fuzz: byte flip on the real nsys export)."""
+    path = writers.write_rocpd(table(), tmp_path / "x_results.db")
+    raw = path.read_bytes()
+    path.write_bytes(raw.replace(b"CREATE VIEW kernels AS", b"CREATE VIEW kernels \xc5\x28")
+                     .replace(b"kernels", b"k\xc5\x28nels"))
+    expect_error(path, "", "a readable SQLite database")
+
+
+def test_csv_header_with_a_stray_carriage_return_names_line_1(tmp_path: Path) -> None:
+    """A \\r inside the header line was a csv.Error (fuzz: byte insert and cell edit on stats files)."""
+    from perflib.traces import read_stats
+
+    path = tmp_path / "results.stats.csv"
+    path.write_bytes(b'\r"Name","Calls","TotalDurationNs","AverageNs","Percentage"\n"k",2,10,5,100.0\n')
+    with pytest.raises(InputError, match="line 1: expected a CSV header line"):
+        read_stats(path)
+
+
+def test_kineto_warp_size_of_an_odd_type_tells_nothing(tmp_path: Path) -> None:
+    """`"warpSize": [64]` was a TypeError (unhashable) while telling the build (fuzz: JSON value wrap)."""
+    path = writers.write_kineto_json(table(), tmp_path / "k.json")
+    doc = json.loads(path.read_text())
+    doc["deviceProperties"] = [{"name": "", "warpSize": [64]}]
+    path.write_text(json.dumps(doc))
+    assert read_trace(path).meta["build"] == "unknown"
