@@ -33,7 +33,7 @@ def header_of(path: Path) -> list[str]:
     try:
         return next(csv.reader([first]))
     except csv.Error as exc:  # a stray \r inside the line, say
-        raise InputError(path, "line 1", "a CSV header line", str(exc)) from exc
+        raise InputError(path, "line 1", "a CSV header line", files.said(exc)) from exc
 
 
 def columns(path: Path, header: list[str], kind: str, required: Sequence[str] = ()) -> dict[str, str]:
@@ -87,7 +87,7 @@ def locate_error(path: Path, header: list[str], int_columns: set[str], arrow_mes
                     return InputError(path, f"line {line}, column {header[i]}", "an integer that fits int64 (ns or id)",
                                       repr(row[i])[:80])
     except csv.Error as exc:
-        return InputError(path, f"line {reader.line_num}", "well-formed CSV", str(exc))
+        return InputError(path, f"line {reader.line_num}", "well-formed CSV", files.said(exc))
     return InputError(path, None, "CSV that pyarrow can parse", arrow_message)
 
 
@@ -113,7 +113,7 @@ def read_arrow(path: Path, header: list[str], types: dict[str, Any], int_columns
             ),
         )
     except pa.ArrowException as exc:  # ArrowInvalid, ArrowTypeError, ArrowKeyError (a header pyarrow reads otherwise)
-        raise locate_error(path, header, int_columns, str(exc)) from exc
+        raise locate_error(path, header, int_columns, files.said(exc)) from exc
 
 
 def int_column(table: Any, name: str | None, n: int, path: Path, required: bool = False,

@@ -25,7 +25,7 @@ def sqlite_flavour(path: Path) -> str:
         with sqlite.reading(path) as con:
             names = sqlite.objects(con)
     except sqlite.ERRORS as exc:  # a damaged file: the header read, its schema does not
-        raise InputError(path, "sqlite_master", "a readable SQLite database", str(exc)) from exc
+        raise InputError(path, "sqlite_master", "a readable SQLite database", files.said(exc)) from exc
     if "rocpd_metadata" in names or any(n.startswith("rocpd_") for n in names):
         return "rocpd"
     if any(n in names for n in NSYS_TABLES):

@@ -31,6 +31,7 @@ import numpy as np
 
 from perflib.errors import InputError
 from perflib.traces import schema
+from perflib.traces.files import said
 from perflib.traces.sqlite import ERRORS, columns, fetch, objects, reading
 from perflib.traces.trace import Trace
 
@@ -249,7 +250,7 @@ def read_nsys(path: Path) -> Trace:
             session = _session(con, path, names)
             opened = con.open_note or "mode=ro"
     except ERRORS as exc:  # a damaged page met anywhere in the file
-        raise InputError(path, None, "a readable SQLite database", str(exc)) from exc
+        raise InputError(path, None, "a readable SQLite database", said(exc)) from exc
     dispatches = schema.concat(frames or [schema.empty_dispatches(SOURCE)], schema.DISPATCH_COLUMNS)
     relative, why = _shift_to_unix((dispatches, api, markers), session)
     export = session["export"]

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from perflib.errors import InputError
+from perflib.traces.files import said
 from perflib.traces.trace import CLOCKS
 
 if TYPE_CHECKING:
@@ -68,7 +69,7 @@ def _info(path: Path, raw: bytes) -> dict[str, Any]:
     try:
         info = json.loads(raw)
     except (ValueError, RecursionError) as exc:  # UnicodeDecodeError and JSONDecodeError are ValueErrors
-        raise InputError(path, where, "JSON text", f"{type(exc).__name__}: {exc}"[:200]) from exc
+        raise InputError(path, where, "JSON text", said(exc, with_type=True)) from exc
     if not isinstance(info, dict):
         raise InputError(path, where, "a JSON object", type(info).__name__)
     checks = {"clock": (lambda v: v in CLOCKS, f"one of {', '.join(CLOCKS)}"),
@@ -135,7 +136,7 @@ def read_trace_parquet(path: str | Path) -> Trace:
         names = table.column_names  # decoded here: a damaged file can hold names that are not UTF-8
         raw = (table.schema.metadata or {}).get(_META_KEY)
     except Exception as exc:  # pyarrow raises several types for a damaged file
-        raise InputError(path, None, "a readable Parquet file", f"{type(exc).__name__}: {exc}") from exc
+        raise InputError(path, None, "a readable Parquet file", said(exc, with_type=True)) from exc
     if raw is None:
         raise InputError(path, "metadata", f"a perflib trace (Parquet metadata key {_META_KEY.decode()!r})",
                          "a Parquet file without it")
@@ -154,7 +155,7 @@ def read_trace_parquet(path: str | Path) -> Trace:
         except InputError:
             raise
         except Exception as exc:  # noqa: BLE001 - values pyarrow cannot convert (text that is not UTF-8, ...)
-            raise InputError(path, f"column {c}", "values that can be read", f"{type(exc).__name__}: {exc}"[:200]) from exc
+            raise InputError(path, f"column {c}", "values that can be read", said(exc, with_type=True)) from exc
     dispatches = schema.dispatch_frame(columns, source, path)
     meta = dict(info.get("meta") or {})
     meta["original_path"] = info.get("path")

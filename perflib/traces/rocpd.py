@@ -16,6 +16,7 @@ import numpy as np
 
 from perflib.errors import InputError
 from perflib.traces import schema
+from perflib.traces.files import said
 from perflib.traces.rocprof import ROCPROF_CLOCK, ROCPROF_CLOCK_CANDIDATES
 from perflib.traces.sqlite import ERRORS, columns, fetch, objects, reading
 from perflib.traces.trace import Trace
@@ -44,7 +45,7 @@ def _query(
     try:
         rows = con.execute(f"SELECT {', '.join(exprs)} FROM `{view}`").fetchall()
     except ERRORS as exc:
-        raise InputError(path, f"view {view}", "a readable rocpd view", str(exc)) from exc
+        raise InputError(path, f"view {view}", "a readable rocpd view", said(exc)) from exc
     keys = list(wanted)
     return {k: [r[i] for r in rows] for i, k in enumerate(keys)}
 
@@ -174,7 +175,7 @@ def read_rocpd(path: Path) -> Trace:
                 api, markers = schema.empty_api(SOURCE), schema.empty_markers(SOURCE)
             opened = con.open_note or "mode=ro"
     except ERRORS as exc:  # a damaged page met anywhere in the file
-        raise InputError(path, None, "a readable SQLite database", str(exc)) from exc
+        raise InputError(path, None, "a readable SQLite database", said(exc)) from exc
     version = meta_rows.get("schema_version")
     meta = {
         "schema_version": None if version is None else str(version),

@@ -311,7 +311,7 @@ def read_csv_table(path: Path) -> tuple[str, pd.DataFrame]:
             convert_options=pacsv.ConvertOptions(column_types=explicit, strings_can_be_null=False),
         )
     except pa.ArrowException as exc:
-        raise csvread.locate_error(path, header, int_cols, str(exc)) from exc
+        raise csvread.locate_error(path, header, int_cols, files.said(exc)) from exc
     n = table.num_rows
     out: dict[str, Any] = {}
     for raw, low in zip(header, lower, strict=True):

@@ -24,6 +24,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from perflib.errors import InputError
+from perflib.traces.files import said
 
 SIDECARS = ("-wal", "-shm")
 """The files SQLite keeps beside a WAL-mode database while it is open."""
@@ -89,7 +90,7 @@ def connect(path: Path) -> ReadOnlyConnection:
         code = getattr(exc, "sqlite_errorcode", None)
         refused = code is not None and (code == _CANTOPEN or code & 0xFF == _READONLY)
         if not (refused and _is_wal(path) and _read_only_folder(path)):
-            raise InputError(given, None, "a readable SQLite database", str(exc)) from exc
+            raise InputError(given, None, "a readable SQLite database", said(exc)) from exc
     wal = Path(f"{path}-wal")
     if wal.is_file() and wal.stat().st_size > 0:
         raise InputError(given, None, "a WAL-mode database whose -wal file can be read (its -shm cannot be created in "
@@ -98,7 +99,7 @@ def connect(path: Path) -> ReadOnlyConnection:
     try:
         con = _open(path, _uri(path, immutable=True))
     except ERRORS as exc:
-        raise InputError(given, None, "a readable SQLite database", str(exc)) from exc
+        raise InputError(given, None, "a readable SQLite database", said(exc)) from exc
     con.open_note = ("immutable=1: a WAL-mode database in a read-only folder, where its -shm cannot be created; "
                      "read from the main file alone (no -wal file beside it)")
     return con
@@ -160,7 +161,7 @@ def columns(con: sqlite3.Connection, table: str, path: Path | None = None) -> li
         return [r[1] for r in con.execute(f"PRAGMA table_info(`{table}`)")]
     except ERRORS as exc:
         raise InputError(path or "sqlite", f"table {table}", "a table or view whose columns can be read",
-                         str(exc)) from exc
+                         said(exc)) from exc
 
 
 def fetch(con: sqlite3.Connection, path: Path, sql: str, where: str, expected: str) -> list[tuple]:
@@ -168,4 +169,4 @@ def fetch(con: sqlite3.Connection, path: Path, sql: str, where: str, expected: s
     try:
         return con.execute(sql).fetchall()
     except ERRORS as exc:
-        raise InputError(path, where, expected, str(exc)) from exc
+        raise InputError(path, where, expected, said(exc)) from exc

@@ -6,7 +6,7 @@ inserted, deleted, lines duplicated), JSON values (replaced by wrong types, NaN,
 negative numbers; keys dropped; list items duplicated), CSV cells and columns, SQLite cells, tables and
 rows, Parquet metadata and columns. The property, for `read_trace` (and `read_stats`):
 
-- it raises `PerflibError` (an `InputError` naming the place), or returns a `Trace` whose three tables
+- it raises `PerflibError` (an `InputError` naming the file and place, on one line), or returns a `Trace` whose three tables
   pass `schema.validate`, hold int64 ns with end >= start, and whose kinds are canonical;
 - it raises nothing else, and finishes within `LIMIT_S`;
 - no file appears, changes or goes beside the input (each example has a folder of its own).
@@ -191,7 +191,9 @@ def check(data: bytes, name: str, reader: Callable[[Path], Any], root: Path) -> 
         try:
             with time_limit(LIMIT_S):
                 out = reader(path)
-        except PerflibError:
+        except PerflibError as exc:
+            assert "\n" not in str(exc), "the command line prints an error as one line"
+            assert str(path) in str(exc), "an input error names its file"
             out = None
         assert listing(folder) == before, "the read created, changed or removed a file beside its input"
         if isinstance(out, Trace):

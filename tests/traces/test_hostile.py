@@ -30,6 +30,7 @@ def expect_error(path: Path, where: str, expected: str) -> InputError:
     with pytest.raises(InputError) as info:
         read_trace(path)
     err = info.value
+    assert "\n" not in str(err), "the command line prints an error as one line"
     assert err.path == str(path)
     assert (err.where or "").startswith(where), str(err)
     assert expected in err.expected, str(err)
