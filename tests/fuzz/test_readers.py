@@ -16,6 +16,7 @@ The budget is `PERFLIB_FUZZ_EXAMPLES` examples per test (tests/fuzz/conftest.py;
 
 from __future__ import annotations
 
+import copy
 import csv
 import io
 import json
@@ -252,10 +253,10 @@ def mutate_json(doc: Any, edits: list[tuple[int, str, Any]]) -> Any:
     for at, action, value in edits:
         slots = json_slots(doc, [])
         if not slots:
-            return value
+            return copy.deepcopy(value)
         parent, key = slots[at % len(slots)]
         if action == "replace":
-            parent[key] = value
+            parent[key] = copy.deepcopy(value)  # never the strategy's own list or dict: no cycles
         elif action == "drop":
             del parent[key]
         elif action == "duplicate" and isinstance(parent, list):
