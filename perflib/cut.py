@@ -6,10 +6,19 @@ output that has level clocks gets `trace.parquet`: the dispatches overlapping it
 margin, on the trace's own clock. Its manifest then records `trace_path` and `trace_cut`, so that
 `perflib campaign report` finds the cut and windows it to the decode window (SERVERS.md §5.2).
 The cut files are also the committable form: compressed and holding only the windows that matter.
+
+A cut never destroys a committed one: where a run folder already holds a cut, the new window
+replaces it only if it holds at least as many dispatches (`replace=True` overrides). A trace of
+another time, whose windows hold nothing, once turned a committed H200 window of 118,396
+dispatches into an empty one, with only a warning afterwards.
+Each cut is written to a temporary file in the run folder and renamed over the old one once
+complete, and only the manifests of folders whose cut was written are changed.
 """
 
 from __future__ import annotations
 
+import os
+import tempfile
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -21,7 +30,8 @@ from perflib.traces.parquet import write_trace_parquet
 
 @dataclass(frozen=True)
 class Cut:
-    """What one run folder got: the file written (None when skipped), its dispatch counts and window."""
+    """What one run folder got: the file written (None when not), its dispatch counts and window, and
+    where an existing cut was kept as it was, that file and its dispatch count."""
 
     run_dir: Path
     path: Path | None
@@ -31,11 +41,23 @@ class Cut:
     end_ns: int | None = None
     clock: str = ""
     note: str = ""
+    kept: Path | None = None
+    kept_dispatches: int | None = None
+
+    @property
+    def status(self) -> str:
+        """`written`, `kept` (an existing cut left as it was) or `skipped` (nothing to cut)."""
+        return "written" if self.path is not None else "kept" if self.kept is not None else "skipped"
 
     @property
     def empty(self) -> bool:
         """True where a window was cut but holds no kernel (a clock or process mismatch, usually)."""
         return self.path is not None and self.kernels == 0
+
+    @property
+    def refused(self) -> bool:
+        """True where an existing cut was kept because the new window held fewer dispatches."""
+        return self.kept is not None and self.start_ns is not None
 
 
 def _run_manifests(runs_dir: Path) -> list[Path]:
@@ -45,43 +67,93 @@ def _run_manifests(runs_dir: Path) -> list[Path]:
     return sorted(p for p in runs_dir.rglob(rundir.MANIFEST) if rundir.parse_run_name(p.parent.name))
 
 
+def existing_dispatches(path: Path) -> int | None:
+    """How many dispatches the cut at `path` holds (its Parquet row count); None where it cannot be read."""
+    import pyarrow.parquet as pq
+
+    try:
+        return int(pq.ParquetFile(path).metadata.num_rows)
+    except Exception:  # noqa: BLE001 - pyarrow raises several types for a file it cannot read
+        return None
+
+
+def _write_atomic(trace: Any, inside: Any, target: Path, start: int, end: int) -> Path:
+    """Write the cut to a temporary file beside `target`, fsync it, then rename it over `target`: a
+    failure at any point leaves `target` as it was and no temporary file behind."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    try:
+        os.fchmod(fd, 0o644)  # mkstemp makes it 0600; a run folder is meant to be shared
+        os.close(fd)
+        write_trace_parquet(replace(trace, dispatches=inside), tmp, start, end)
+        with open(tmp, "rb") as fh:
+            os.fsync(fh.fileno())
+        os.replace(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return target
+
+
+def _keep_existing(run_dir: Path, target: Path, n_new: int, replace_cuts: bool) -> tuple[int | None, str] | None:
+    """(its dispatch count, why) where the cut already at `target` is to be kept; None to write over it."""
+    if replace_cuts or not target.exists():
+        return None
+    old = existing_dispatches(target)
+    if old is None:
+        return None, f"kept as it was: the existing {target.name} cannot be read as Parquet (--replace to overwrite it)"
+    if n_new < old:
+        return old, (f"kept as it was: the existing {target.name} holds {old} dispatches, the new window {n_new} "
+                     "(a trace of another time or process?); --replace to overwrite it")
+    return None
+
+
+def _cut_one(trace: Any, manifest_path: Path, margin_ns: int, repeats: int | None, name: str,
+             replace_cuts: bool) -> Cut:
+    """One run folder's cut: skipped, kept as it was, or written (and its manifest updated)."""
+    run_dir = manifest_path.parent
+    target = run_dir / name
+    manifest = rundir.read_manifest(run_dir)
+    clocks = manifest.get("clocks") or {}
+    if not clocks.get("start") or not clocks.get("end"):
+        return Cut(run_dir, None, note="no level clocks in its manifest (the level never ran)")
+    if repeats is not None and int(manifest.get("repeat", 1)) > repeats:
+        if target.exists():
+            return Cut(run_dir, None, note=f"repeat {manifest.get('repeat')} > {repeats}: not cut; its existing "
+                       f"{name} kept as it was", kept=target, kept_dispatches=existing_dispatches(target))
+        manifest["trace_note"] = f"traced, trace not kept (only repeats 1..{repeats} are kept)"
+        rundir.write_json_atomic(manifest_path, manifest)
+        return Cut(run_dir, None, note=f"repeat {manifest.get('repeat')} > {repeats}: not kept")
+    window = attribution.window_from_manifest(trace, manifest)
+    start, end = window.start_ns - margin_ns, window.end_ns + margin_ns
+    frame = trace.dispatches
+    inside = frame[(frame["end_ns"] > start) & (frame["start_ns"] < end)]
+    kernels = int((inside["kind"].astype(str) == "kernel").sum())
+    clock = window.clock or trace.clock
+    keep = _keep_existing(run_dir, target, len(inside), replace_cuts)
+    if keep is not None:
+        return Cut(run_dir, None, len(inside), kernels, start, end, clock, keep[1], kept=target,
+                   kept_dispatches=keep[0])
+    # the writer applies the same bounds (on the slice: no second pass over the whole trace) and records them
+    out = _write_atomic(trace, inside, target, start, end)
+    manifest["trace_path"] = out.name
+    manifest["trace_cut"] = {"from": Path(str(trace.path)).name, "source": trace.source, "clock": clock,
+                             "margin_ms": margin_ns / 1e6, "start_ns": start, "end_ns": end}
+    manifest.pop("trace_note", None)
+    rundir.write_json_atomic(manifest_path, manifest)
+    return Cut(run_dir, out, len(inside), kernels, start, end, clock,
+               "" if kernels else "no kernel dispatch inside the level window")
+
+
 def cut_into_runs(trace: Any, runs_dir: str | Path, margin_ns: int = 50_000_000,
-                  repeats: int | None = None, name: str = "trace.parquet") -> list[Cut]:
+                  repeats: int | None = None, name: str = "trace.parquet", replace: bool = False) -> list[Cut]:
     """Write each run folder's level window of `trace` (± `margin_ns`) as `name`, and point its
     manifest at it. `repeats=N` cuts repeats 1..N only; the others' manifests say why they have no trace.
 
-    Run folders without level clocks (a level that never started) are skipped with a note.
+    Run folders without level clocks (a level that never started) are skipped with a note. A folder
+    that already holds a cut keeps it where the new window holds fewer dispatches, unless `replace`.
     """
     runs_dir = Path(runs_dir)
     manifests = _run_manifests(runs_dir)
     if not manifests:
         raise PerflibError(f"{runs_dir}: no run folder with a manifest.json below it (expected a `perflib sweep --out` folder)")
-    cuts = []
-    for manifest_path in manifests:
-        run_dir = manifest_path.parent
-        manifest = rundir.read_manifest(run_dir)
-        clocks = manifest.get("clocks") or {}
-        if not clocks.get("start") or not clocks.get("end"):
-            cuts.append(Cut(run_dir, None, note="no level clocks in its manifest (the level never ran)"))
-            continue
-        if repeats is not None and int(manifest.get("repeat", 1)) > repeats:
-            manifest["trace_note"] = f"traced, trace not kept (only repeats 1..{repeats} are kept)"
-            rundir.write_json_atomic(manifest_path, manifest)
-            cuts.append(Cut(run_dir, None, note=f"repeat {manifest.get('repeat')} > {repeats}: not kept"))
-            continue
-        window = attribution.window_from_manifest(trace, manifest)
-        start, end = window.start_ns - margin_ns, window.end_ns + margin_ns
-        frame = trace.dispatches
-        inside = frame[(frame["end_ns"] > start) & (frame["start_ns"] < end)]
-        # the writer applies the same bounds (on the slice: no second pass over the whole trace) and records them
-        out = write_trace_parquet(replace(trace, dispatches=inside), run_dir / name, start, end)
-        kernels = int((inside["kind"].astype(str) == "kernel").sum())
-        clock = window.clock or trace.clock
-        manifest["trace_path"] = out.name
-        manifest["trace_cut"] = {"from": Path(str(trace.path)).name, "source": trace.source, "clock": clock,
-                                 "margin_ms": margin_ns / 1e6, "start_ns": start, "end_ns": end}
-        manifest.pop("trace_note", None)
-        rundir.write_json_atomic(manifest_path, manifest)
-        cuts.append(Cut(run_dir, out, len(inside), kernels, start, end, clock,
-                        "" if kernels else "no kernel dispatch inside the level window"))
-    return cuts
+    return [_cut_one(trace, m, margin_ns, repeats, name, replace) for m in manifests]

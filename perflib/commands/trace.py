@@ -51,14 +51,22 @@ def register(subparsers: argparse._SubParsersAction) -> None:
             "manifest has level clocks gets trace.parquet, the dispatches overlapping its level window "
             "+- the margin, on the trace's own clock (aligned as `trace summary --manifest` does), and its "
             "manifest gets trace_path and trace_cut. `perflib campaign report` then attributes each level "
-            "over its decode window. Prints one line per run folder: dispatches and kernels kept, window, "
-            "file size. Exit status 1 when a cut window holds no kernel (a clock or process mismatch)."
+            "over its decode window. A run folder that already holds a cut keeps it, as it was, where the new "
+            "window holds fewer dispatches (a trace of another time would otherwise wipe a committed cut); "
+            "--replace overrides that. Each cut is written to a temporary file in its folder and renamed over "
+            "the old one once complete; only the manifests of folders whose cut was written change. Prints one "
+            "line per run folder: dispatches and kernels kept, window, file size, or why it was kept as it was. "
+            "Exit status 1 when a cut window holds no kernel, or an existing cut was kept because the new "
+            "window held fewer dispatches (a clock or process mismatch, usually)."
         ),
     )
     c.add_argument("path", metavar="TRACE", help="the trace of the server's lifetime (any format `trace summary` reads)")
     c.add_argument("runs_dir", metavar="RUNS_DIR", help="a `perflib sweep --out` folder (or one run folder)")
     c.add_argument("--margin-ms", type=float, default=50.0, help="kept on each side of the level window (default 50 ms)")
     c.add_argument("--repeats", type=int, metavar="N", help="keep the cuts of repeats 1..N only (to commit less)")
+    c.add_argument("--replace", action="store_true",
+                   help="replace existing cuts even where the new window holds fewer dispatches (by default such a "
+                   "folder keeps its cut as it was)")
     c.add_argument("--json", action="store_true", help="print one JSON object instead of lines")
     c.set_defaults(func=run_cut)
 
@@ -145,27 +153,35 @@ def run_cut(args: argparse.Namespace) -> int:
     if args.repeats is not None and args.repeats < 1:
         raise PerflibError(f"--repeats {args.repeats}: expected a count >= 1")
     trace = read_trace(args.path)
-    cuts = cut_into_runs(trace, args.runs_dir, margin_ns=int(args.margin_ms * 1e6), repeats=args.repeats)
+    cuts = cut_into_runs(trace, args.runs_dir, margin_ns=int(args.margin_ms * 1e6), repeats=args.repeats,
+                         replace=args.replace)
     if args.json:
         print(json.dumps({"path": str(args.path), "source": trace.source, "clock": trace.clock,
                           "dispatches": len(trace.dispatches), "runs": [
-                              {"run_dir": str(c.run_dir), "path": str(c.path) if c.path else None,
+                              {"run_dir": str(c.run_dir), "status": c.status, "path": str(c.path) if c.path else None,
                                "dispatches": c.dispatches, "kernels": c.kernels, "start_ns": c.start_ns,
-                               "end_ns": c.end_ns, "clock": c.clock or None, "note": c.note or None}
+                               "end_ns": c.end_ns, "clock": c.clock or None, "note": c.note or None,
+                               "kept_path": str(c.kept) if c.kept else None, "kept_dispatches": c.kept_dispatches}
                               for c in cuts]}))
     else:
-        for c in cuts:
-            if c.path is None:
-                print(f"{c.run_dir}: skipped, {c.note}")
-                continue
-            window_ms = (c.end_ns - c.start_ns) / 1e6
-            warn = f"  WARNING: {c.note}" if c.note else ""
-            print(f"{c.run_dir}: {c.dispatches} dispatches ({c.kernels} kernels) in {window_ms:.1f} ms "
-                  f"({c.clock} clock), {c.path.stat().st_size / 1e3:.0f} kB{warn}")
+        print("\n".join(_cut_line(c) for c in cuts))
         written = sum(1 for c in cuts if c.path is not None)
+        kept = sum(1 for c in cuts if c.kept is not None)
         print(f"{written} level windows cut from {args.path} ({len(trace.dispatches)} dispatches, "
-              f"{trace.source}, clock {trace.clock})")
-    return 1 if any(c.empty for c in cuts) else 0
+              f"{trace.source}, clock {trace.clock})" + (f"; {kept} folders kept their cut as it was" if kept else ""))
+    return 1 if any(c.empty or c.refused for c in cuts) else 0
+
+
+def _cut_line(c) -> str:  # noqa: ANN001 - perflib.cut.Cut (imported lazily)
+    """One run folder's line of `trace cut`: what was written, or why the folder was kept or skipped."""
+    if c.status == "kept":
+        return f"{c.run_dir}: {c.note}"
+    if c.path is None:
+        return f"{c.run_dir}: skipped, {c.note}"
+    window_ms = (c.end_ns - c.start_ns) / 1e6
+    warn = f"  WARNING: {c.note}" if c.note else ""
+    return (f"{c.run_dir}: {c.dispatches} dispatches ({c.kernels} kernels) in {window_ms:.1f} ms "
+            f"({c.clock} clock), {c.path.stat().st_size / 1e3:.0f} kB{warn}")
 
 
 def _f(x: float | None, fmt: str = "{:.3f}", unit: str = "") -> str:

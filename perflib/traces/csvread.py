@@ -27,10 +27,13 @@ def header_of(path: Path) -> list[str]:
     """The header row as written (quotes removed), from the first line of the file."""
     head = files.read_head(path)
     text = head.decode("utf-8", errors="replace")
-    first = text.splitlines()[0] if text else ""
+    first = text.split("\n", 1)[0].rstrip("\r")  # a CSV line ends at \n only (splitlines also splits at \v, \f, ...)
     if not first.strip():
         raise InputError(path, "line 1", "a CSV header line", "an empty file" if not text else "a blank line")
-    return next(csv.reader([first]))
+    try:
+        return next(csv.reader([first]))
+    except csv.Error as exc:  # a stray \r inside the line, say
+        raise InputError(path, "line 1", "a CSV header line", files.said(exc)) from exc
 
 
 def columns(path: Path, header: list[str], kind: str, required: Sequence[str] = ()) -> dict[str, str]:
@@ -75,13 +78,16 @@ def locate_error(path: Path, header: list[str], int_columns: set[str], arrow_mes
             for i in int_idx:
                 value = row[i].strip()
                 try:
-                    int(value)
+                    number = int(value)
                 except ValueError:
                     return InputError(
                         path, f"line {line}, column {header[i]}", "an integer (ns or id)", repr(row[i])
                     )
+                if not -(2**63) <= number < 2**63:
+                    return InputError(path, f"line {line}, column {header[i]}", "an integer that fits int64 (ns or id)",
+                                      repr(row[i])[:80])
     except csv.Error as exc:
-        return InputError(path, f"line {reader.line_num}", "well-formed CSV", str(exc))
+        return InputError(path, f"line {reader.line_num}", "well-formed CSV", files.said(exc))
     return InputError(path, None, "CSV that pyarrow can parse", arrow_message)
 
 
@@ -106,11 +112,13 @@ def read_arrow(path: Path, header: list[str], types: dict[str, Any], int_columns
                 quoted_strings_can_be_null=False,
             ),
         )
-    except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
-        raise locate_error(path, header, int_columns, str(exc)) from exc
+    except pa.ArrowException as exc:  # ArrowInvalid, ArrowTypeError, ArrowKeyError (a header pyarrow reads otherwise)
+        raise locate_error(path, header, int_columns, files.said(exc)) from exc
 
 
-def int_column(table: Any, name: str | None, n: int, path: Path, required: bool = False) -> np.ndarray:
+def int_column(table: Any, name: str | None, n: int, path: Path, required: bool = False,
+               expected: str = "an integer timestamp (ns)") -> np.ndarray:
+    """An int64 column; an empty cell is -1 (unknown), or with `required` an `InputError` naming its line."""
     import pyarrow.compute as pc
 
     if name is None:
@@ -119,9 +127,7 @@ def int_column(table: Any, name: str | None, n: int, path: Path, required: bool 
     if col.null_count:
         if required:
             first = int(np.flatnonzero(pc.is_null(col).to_numpy(zero_copy_only=False))[0])
-            raise InputError(
-                path, f"line {first + 2}, column {name}", "an integer timestamp (ns)", "an empty cell"
-            )
+            raise InputError(path, f"line {first + 2}, column {name}", expected, "an empty cell")
         col = pc.fill_null(col, -1)
     return col.to_numpy().astype(np.int64, copy=False)
 
@@ -143,10 +149,14 @@ def agent_column(table: Any, name: str | None, n: int) -> np.ndarray:
 
 
 def agent_number(value: str | None) -> int:
+    """`4`, `"Agent 4"`, `"GPU 3"` -> 4, 3; empty, other text, or a number past int64 -> -1 (unknown)."""
     if value is None:
         return -1
     match = _AGENT_NUMBER.search(value)
-    return int(match.group(1)) if match else -1
+    if not match or len(match.group(1)) > 20:
+        return -1
+    number = int(match.group(1))
+    return number if -(2**63) <= number < 2**63 else -1
 
 
 def string_column(table: Any, name: str) -> pd.Series:

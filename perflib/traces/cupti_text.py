@@ -32,6 +32,22 @@ _HEAD = re.compile(
 )
 _LOOKS_LIKE_RECORD = re.compile(r"^(" + "|".join(KNOWN) + r')\b\s*("[^"]*"\s*|[A-Z_]+\s*)?\[')
 _PAIR = re.compile(r"([A-Za-z][A-Za-z_]*)\s+(-?\d+)\b")
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+
+
+def _fits(digits: str) -> bool:
+    """Whether a run of digits is an int64 (checked on its length first: a 5000-digit run is not)."""
+    digits = digits.lstrip("0") or "0"
+    return len(digits) <= 19 and int(digits) <= INT64_MAX
+
+
+def _pairs(text: str) -> dict[str, int]:
+    """`key value` pairs; a value beyond int64 (digits run together) is -1, unknown."""
+    out = {}
+    for key, raw in _PAIR.findall(text):
+        value = int(raw) if len(raw) < 21 else INT64_MAX + 1
+        out[key] = value if INT64_MIN <= value <= INT64_MAX else -1
+    return out
 
 
 def _split_name(rest: str) -> tuple[str | None, str]:
@@ -84,12 +100,14 @@ def _parse(path: Path, lines: list[str], cut_last: bool) -> _Parsed:
     for number, line in enumerate(lines, start=1):
         if line.startswith(("\t", "  ")):  # continuation (tab; some record kinds indent with spaces)
             if current is not None:
-                current["pairs"].update((k, int(v)) for k, v in _PAIR.findall(line))
+                current["pairs"].update(_pairs(line))
             continue
         current = None
         if not _LOOKS_LIKE_RECORD.match(line):
             continue
         m = _HEAD.match(line.rstrip("\r"))
+        if m is not None and not (_fits(m["start"]) and _fits(m["end"])):
+            m = None  # times beyond int64: digits of two numbers run together, garbled as below
         if m is None:
             last = number == len(lines) or (number == len(lines) - 1 and lines[-1] == "")
             if last and cut_last:
@@ -110,7 +128,7 @@ def _parse(path: Path, lines: list[str], cut_last: bool) -> _Parsed:
         current = {
             "kind": kind, "line": number, "start": int(m["start"]), "end": int(m["end"]),
             "name": name if name is not None else (f"Memcpy {extra}".strip() if kind == "MEMCPY" else kind.title()),
-            "pairs": dict((k, int(v)) for k, v in _PAIR.findall(rest)),
+            "pairs": _pairs(rest),
         }
         out.records.append(current)
     return out

@@ -21,11 +21,11 @@ _CUPTI_RECORD = re.compile(
 
 def sqlite_flavour(path: Path) -> str:
     """`rocpd` or `nsys-sqlite`; anything else is an `InputError` saying what was expected."""
-    con = sqlite.connect(path)
     try:
-        names = sqlite.objects(con)
-    finally:
-        con.close()
+        with sqlite.reading(path) as con:
+            names = sqlite.objects(con)
+    except sqlite.ERRORS as exc:  # a damaged file: the header read, its schema does not
+        raise InputError(path, "sqlite_master", "a readable SQLite database", files.said(exc)) from exc
     if "rocpd_metadata" in names or any(n.startswith("rocpd_") for n in names):
         return "rocpd"
     if any(n in names for n in NSYS_TABLES):

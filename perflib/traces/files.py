@@ -18,6 +18,13 @@ from perflib.errors import InputError
 GZIP_MAGIC = b"\x1f\x8b"
 
 
+def said(exc: BaseException, with_type: bool = False) -> str:
+    """What a library's exception says, on one line and at most 300 characters, for an `InputError`'s
+    `found` (the command line prints errors as one line; pyarrow's messages can run to a schema)."""
+    text = f"{type(exc).__name__}: {exc}" if with_type else str(exc)
+    return " ".join(text.split())[:300]
+
+
 def is_gzip_name(path: Path) -> bool:
     return path.name.lower().endswith(".gz")
 
@@ -33,7 +40,7 @@ def read_bytes(path: Path) -> bytes:
     try:
         raw = path.read_bytes()
     except OSError as exc:
-        raise InputError(path, None, "a readable file", str(exc)) from exc
+        raise InputError(path, None, "a readable file", said(exc)) from exc
     if raw[:2] == GZIP_MAGIC:
         try:
             return gzip.decompress(raw)
@@ -42,7 +49,7 @@ def read_bytes(path: Path) -> bytes:
                 path, f"byte {len(raw)}", "a complete gzip stream", "the stream ends early (file cut?)"
             ) from exc
         except (gzip.BadGzipFile, zlib.error) as exc:
-            raise InputError(path, None, "valid gzip data", str(exc)) from exc
+            raise InputError(path, None, "valid gzip data", said(exc)) from exc
     if is_gzip_name(path):
         raise InputError(path, "byte 0", "gzip data (magic bytes 1f 8b) for a .gz file", repr(raw[:8]))
     return raw
@@ -54,7 +61,7 @@ def read_head(path: Path, size: int = 65536) -> bytes:
         with open(path, "rb") as fh:
             head = fh.read(size)
     except OSError as exc:
-        raise InputError(path, None, "a readable file", str(exc)) from exc
+        raise InputError(path, None, "a readable file", said(exc)) from exc
     if head[:2] == GZIP_MAGIC:
         try:
             with gzip.open(path, "rb") as fh:
@@ -62,20 +69,28 @@ def read_head(path: Path, size: int = 65536) -> bytes:
         except EOFError:
             return read_bytes(path)[:size]  # raises the cut-stream error unless it is complete
         except (gzip.BadGzipFile, zlib.error) as exc:
-            raise InputError(path, None, "valid gzip data", str(exc)) from exc
+            raise InputError(path, None, "valid gzip data", said(exc)) from exc
     if is_gzip_name(path):
         raise InputError(path, "byte 0", "gzip data (magic bytes 1f 8b) for a .gz file", repr(head[:8]))
     return head
 
 
-def load_json(path: Path) -> Any:
-    """Parse (gunzipped) JSON; a cut or malformed file is an `InputError` with line and column."""
+def load_json(path: Path, exact: bool = False) -> Any:
+    """Parse (gunzipped) JSON; a cut or malformed file is an `InputError` with line and column.
+
+    With `exact`, numbers with a fraction or exponent become `decimal.Decimal`, their digits kept as
+    written (the stdlib parser's `parse_float`; orjson has no such hook); ints are ints either way.
+    """
     raw = read_bytes(path)
     # json.loads allocates millions of small objects, none cyclic: pausing the cyclic GC while it
     # runs saves a third of the parse time on large traces.
     enabled = gc.isenabled()
     gc.disable()
     try:
+        if exact:
+            from decimal import Decimal
+
+            return json.loads(raw, parse_float=Decimal)
         try:
             import orjson  # 2-3x faster than json on large traces; same values
         except ImportError:  # pragma: no cover - orjson is a dependency
@@ -93,7 +108,11 @@ def load_json(path: Path) -> Any:
             exc.msg + (" at the end of the data (file cut?)" if cut else ""),
         ) from exc
     except UnicodeDecodeError as exc:
-        raise InputError(path, f"byte {exc.start}", "UTF-8 JSON text", str(exc)) from exc
+        raise InputError(path, f"byte {exc.start}", "UTF-8 JSON text", said(exc)) from exc
+    except ValueError as exc:  # an integer of more digits than Python converts (4300)
+        raise InputError(path, None, "JSON numbers of a sensible length", said(exc)) from exc
+    except RecursionError as exc:
+        raise InputError(path, None, "JSON nested to a sensible depth", "deeper than the parser's limit") from exc
     finally:
         if enabled:
             gc.enable()

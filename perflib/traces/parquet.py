@@ -4,17 +4,26 @@ Profiler text is large (CUPTI prints ~500 bytes a kernel). For committing a trac
 level's window, the dispatch table itself is stored with dictionary-encoded names and zstd, and
 the original clock, source format and meta ride in the Parquet key-value metadata, so
 `read_trace` gives back exactly what the original reader gave for that window.
+
+Read back, the file is checked as any profiler output is: the metadata is JSON of the types written
+(an unknown clock, a non-object meta, ... are `InputError`s naming the key), the columns are of
+their types, and a null time is an `InputError` naming its row (it once read as -1, and gave a
+window of 1.7e12 ms of GPU busy).
 """
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from perflib.errors import InputError
+from perflib.traces.files import said
+from perflib.traces.trace import CLOCKS
 
 if TYPE_CHECKING:
+    import numpy as np
+
     from perflib.traces.trace import Trace
 
 PARQUET_MAGIC = b"PAR1"
@@ -54,6 +63,66 @@ def write_table(table, path: str | Path) -> None:
                    column_encoding={c: "DELTA_BINARY_PACKED" for c in ints})
 
 
+def _info(path: Path, raw: bytes) -> dict[str, Any]:
+    """The `perflib.trace` metadata, checked: JSON, an object, and each key of the type perflib writes."""
+    where = f"metadata {_META_KEY.decode()}"
+    try:
+        info = json.loads(raw)
+    except (ValueError, RecursionError) as exc:  # UnicodeDecodeError and JSONDecodeError are ValueErrors
+        raise InputError(path, where, "JSON text", said(exc, with_type=True)) from exc
+    if not isinstance(info, dict):
+        raise InputError(path, where, "a JSON object", type(info).__name__)
+    checks = {"clock": (lambda v: v in CLOCKS, f"one of {', '.join(CLOCKS)}"),
+              "source": (lambda v: isinstance(v, str) and v != "", "a format id"),
+              "path": (lambda v: v is None or isinstance(v, str), "the original path as text"),
+              "meta": (lambda v: v is None or isinstance(v, dict), "an object of facts"),
+              "cut": (lambda v: v is None or (isinstance(v, dict) and all(
+                  v.get(k) is None or type(v.get(k)) is int for k in ("start_ns", "end_ns"))),
+                      "null or {start_ns, end_ns} as integers or null")}
+    for key, (ok, expected) in checks.items():
+        if key in info and not ok(info[key]):
+            raise InputError(path, f"{where}, key {key}", expected, repr(info[key])[:80])
+    return info
+
+
+def _int_column(table: Any, name: str, path: Path, required: bool) -> np.ndarray:
+    """An integer column as int64: nulls are -1 (unknown) in ids and an `InputError` naming the row in
+    times; a column that is not of an integer type, or holds values beyond int64, is an `InputError`."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    col = table.column(name)
+    if not pa.types.is_integer(col.type):
+        raise InputError(path, f"column {name}", "an integer column (int64 ns or ids)", str(col.type))
+    if col.null_count:
+        if required:
+            row = int(np.flatnonzero(pc.is_null(col).to_numpy(zero_copy_only=False))[0])
+            raise InputError(path, f"row {row + 1}, column {name}", "an integer ns timestamp", "null")
+        col = pc.fill_null(col, -1)
+    values = col.to_numpy()
+    if values.dtype == np.uint64 and values.size and int(values.max()) > 2**63 - 1:
+        row = int(np.flatnonzero(values > np.uint64(2**63 - 1))[0])
+        raise InputError(path, f"row {row + 1}, column {name}", "an integer that fits int64", str(values[row]))
+    return values.astype(np.int64, copy=False)
+
+
+def _text_column(table: Any, name: str, path: Path) -> np.ndarray:
+    """A text column (plain or dictionary-encoded) as str; a null is an `InputError` naming the row."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    col = table.column(name)
+    value_type = col.type.value_type if pa.types.is_dictionary(col.type) else col.type
+    if not (pa.types.is_string(value_type) or pa.types.is_large_string(value_type)):
+        raise InputError(path, f"column {name}", "a text column", str(col.type))
+    if col.null_count:
+        row = int(np.flatnonzero(pc.is_null(col).to_numpy(zero_copy_only=False))[0])
+        raise InputError(path, f"row {row + 1}, column {name}", "a name", "null")
+    return col.cast(pa.string()).to_numpy(zero_copy_only=False)
+
+
 def read_trace_parquet(path: str | Path) -> Trace:
     """Read a file written by `write_trace_parquet` back into a `Trace`."""
     import pyarrow.parquet as pq
@@ -64,20 +133,29 @@ def read_trace_parquet(path: str | Path) -> Trace:
     path = Path(path)
     try:
         table = pq.read_table(path)
+        names = table.column_names  # decoded here: a damaged file can hold names that are not UTF-8
+        raw = (table.schema.metadata or {}).get(_META_KEY)
     except Exception as exc:  # pyarrow raises several types for a damaged file
-        raise InputError(path, None, "a readable Parquet file", f"{type(exc).__name__}: {exc}") from exc
-    raw = (table.schema.metadata or {}).get(_META_KEY)
+        raise InputError(path, None, "a readable Parquet file", said(exc, with_type=True)) from exc
     if raw is None:
         raise InputError(path, "metadata", f"a perflib trace (Parquet metadata key {_META_KEY.decode()!r})",
                          "a Parquet file without it")
-    info = json.loads(raw)
-    frame = table.to_pandas()
-    missing = [c for c in schema.DISPATCH_COLUMNS if c not in frame.columns]
+    info = _info(path, raw)
+    missing = [c for c in schema.DISPATCH_COLUMNS if c not in names]
     if missing:
         raise InputError(path, "columns", f"the dispatch columns {schema.DISPATCH_COLUMNS}", f"missing {missing}")
     source = info.get("source", "perflib-parquet")
-    columns = {c: frame[c].astype(str).to_numpy() if c in ("kernel", "kind") else frame[c].to_numpy()
-               for c in schema.DISPATCH_COLUMNS if c != "source"}
+    columns = {}
+    for c in schema.DISPATCH_COLUMNS[:-1]:  # all but source, which the metadata gives
+        try:
+            if c in ("kernel", "kind"):
+                columns[c] = _text_column(table, c, path)
+            else:
+                columns[c] = _int_column(table, c, path, required=c in ("start_ns", "end_ns"))
+        except InputError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - values pyarrow cannot convert (text that is not UTF-8, ...)
+            raise InputError(path, f"column {c}", "values that can be read", said(exc, with_type=True)) from exc
     dispatches = schema.dispatch_frame(columns, source, path)
     meta = dict(info.get("meta") or {})
     meta["original_path"] = info.get("path")

@@ -1,6 +1,7 @@
 """rocpd SQLite (rocprofv3 7.0+ default output, `*_results.db`; FORMATS.md §1.7).
 
-Opened read-only (`file:...?mode=ro`). Physical tables carry a per-run UUID suffix, so only the
+Opened read-only through `perflib.traces.sqlite.reading` (no file created or changed beside it;
+`meta["sqlite_open"]` says where it had to fall back to `immutable=1`). Physical tables carry a per-run UUID suffix, so only the
 plain-named views are queried: `kernels`, `memory_copies`, `regions`. `device` is the agent's
 logical index (the CSV's relative "Agent N").
 """
@@ -15,8 +16,9 @@ import numpy as np
 
 from perflib.errors import InputError
 from perflib.traces import schema
+from perflib.traces.files import said
 from perflib.traces.rocprof import ROCPROF_CLOCK, ROCPROF_CLOCK_CANDIDATES
-from perflib.traces.sqlite import columns, connect, objects
+from perflib.traces.sqlite import ERRORS, columns, fetch, objects, reading
 from perflib.traces.trace import Trace
 
 if TYPE_CHECKING:
@@ -33,7 +35,7 @@ def _pick(cols: list[str], *choices: str) -> str | None:
 def _query(
     con: sqlite3.Connection, path: Path, view: str, wanted: dict[str, tuple[str, ...]]
 ) -> dict[str, list]:
-    cols = columns(con, view)
+    cols = columns(con, view, path)
     exprs = []
     for out, choices in wanted.items():
         col = _pick(cols, *choices)
@@ -42,8 +44,8 @@ def _query(
             raise InputError(path, f"view {view}", f"a column {' or '.join(choices)}", ", ".join(cols))
     try:
         rows = con.execute(f"SELECT {', '.join(exprs)} FROM `{view}`").fetchall()
-    except sqlite3.DatabaseError as exc:
-        raise InputError(path, f"view {view}", "a readable rocpd view", str(exc)) from exc
+    except ERRORS as exc:
+        raise InputError(path, f"view {view}", "a readable rocpd view", said(exc)) from exc
     keys = list(wanted)
     return {k: [r[i] for r in rows] for i, k in enumerate(keys)}
 
@@ -57,6 +59,11 @@ def _ints(values: list, path: Path, view: str, col: str, required: bool = False)
                 )
         return np.asarray(values, dtype=np.int64)
     return np.asarray([v if isinstance(v, int) else -1 for v in values], dtype=np.int64)
+
+
+def _names(values: list) -> list[str]:
+    """Names as text; a NULL name is empty (never the text "None")."""
+    return ["" if v is None else str(v) for v in values]
 
 
 _KERNELS = {
@@ -81,7 +88,7 @@ def _kernels(con: sqlite3.Connection, path: Path) -> pd.DataFrame:
     k = _query(con, path, "kernels", _KERNELS)
     return schema.dispatch_frame(
         {
-            "kernel": [str(v) for v in k["name"]],
+            "kernel": _names(k["name"]),
             "start_ns": _ints(k["start_ns"], path, "kernels", "start", True),
             "end_ns": _ints(k["end_ns"], path, "kernels", "end", True),
             "device": _ints(k["device"], path, "kernels", "agent_log_index"),
@@ -97,7 +104,7 @@ def _kernels(con: sqlite3.Connection, path: Path) -> pd.DataFrame:
 def _copies(con: sqlite3.Connection, path: Path) -> pd.DataFrame:
     """Copies of the `memory_copies` view; `device` is the GPU end of each copy."""
     m = _query(con, path, "memory_copies", _COPIES)
-    direction = [str(v) for v in m["name"]]
+    direction = _names(m["name"])
     to_host = np.array([d.upper().endswith("TO_HOST") for d in direction], dtype=bool)
     return schema.dispatch_frame(
         {
@@ -119,13 +126,13 @@ def _regions(con: sqlite3.Connection, path: Path) -> tuple[pd.DataFrame, pd.Data
     """The `regions` view split in two: API calls, and markers (category `MARKER_*`)."""
     r = _query(con, path, "regions", _REGIONS)
     table = {
-        "name": [str(v) for v in r["name"]],
+        "name": _names(r["name"]),
         "start_ns": _ints(r["start_ns"], path, "regions", "start", True),
         "end_ns": _ints(r["end_ns"], path, "regions", "end", True),
         "pid": _ints(r["pid"], path, "regions", "pid"),
         "tid": _ints(r["tid"], path, "regions", "tid"),
         "correlation_id": _ints(r["correlation_id"], path, "regions", "corr_id"),
-        "domain": [str(v or "") for v in r["domain"]],
+        "domain": _names(r["domain"]),
     }
     is_marker = np.array([d.upper().startswith("MARKER") for d in table["domain"]], dtype=bool)
 
@@ -138,30 +145,42 @@ def _regions(con: sqlite3.Connection, path: Path) -> tuple[pd.DataFrame, pd.Data
             schema.marker_frame(sub(is_marker), SOURCE, path, label))
 
 
+def _metadata(con: sqlite3.Connection, path: Path) -> dict[str, Any]:
+    """`rocpd_metadata` as {tag: value}: text tags, values as text or numbers; rows without a tag are
+    left out, and a table without `tag` and `value` columns is an `InputError`."""
+    rows = fetch(con, path, "SELECT tag, value FROM rocpd_metadata", "table rocpd_metadata",
+                 "a rocpd_metadata table with tag and value columns")
+    return {str(tag): (value if isinstance(value, str | int | float) or value is None else repr(value))
+            for tag, value in rows if tag is not None}
+
+
 def read_rocpd(path: Path) -> Trace:
     """A rocpd database -> Trace (kernels + copies, HIP/HSA API regions, marker regions)."""
     path = Path(path)
-    con = connect(path)
     try:
-        names = objects(con)
-        missing = [v for v in ROCPD_VIEWS if v not in names]
-        if missing:
-            raise InputError(
-                path, "sqlite_master", f"rocpd views {', '.join(ROCPD_VIEWS)}", f"no {', '.join(missing)}"
-            )
-        meta_rows = dict(con.execute("SELECT tag, value FROM rocpd_metadata").fetchall())
-        frames = [_kernels(con, path)]
-        if "memory_copies" in names:
-            frames.append(_copies(con, path))
-        if "regions" in names:
-            api, markers = _regions(con, path)
-        else:
-            api, markers = schema.empty_api(SOURCE), schema.empty_markers(SOURCE)
-    finally:
-        con.close()
+        with reading(path) as con:
+            names = objects(con)
+            missing = [v for v in ROCPD_VIEWS if v not in names]
+            if missing:
+                raise InputError(
+                    path, "sqlite_master", f"rocpd views {', '.join(ROCPD_VIEWS)}", f"no {', '.join(missing)}"
+                )
+            meta_rows = _metadata(con, path)
+            frames = [_kernels(con, path)]
+            if "memory_copies" in names:
+                frames.append(_copies(con, path))
+            if "regions" in names:
+                api, markers = _regions(con, path)
+            else:
+                api, markers = schema.empty_api(SOURCE), schema.empty_markers(SOURCE)
+            opened = con.open_note or "mode=ro"
+    except ERRORS as exc:  # a damaged page met anywhere in the file
+        raise InputError(path, None, "a readable SQLite database", said(exc)) from exc
+    version = meta_rows.get("schema_version")
     meta = {
-        "schema_version": meta_rows.get("schema_version"),
+        "schema_version": None if version is None else str(version),
         "rocpd_metadata": meta_rows,
         "clock_candidates": ROCPROF_CLOCK_CANDIDATES,
+        "sqlite_open": opened,
     }
     return Trace(schema.concat(frames, schema.DISPATCH_COLUMNS), api, markers, ROCPROF_CLOCK, SOURCE, str(path), meta)

@@ -217,7 +217,9 @@ def read_stats(path: Path) -> pd.DataFrame:
     """`kernel_stats.csv`, `domain_stats.csv`, `*_stats.csv` (and legacy `results.stats.csv`).
 
     Columns `name, calls, total_ns, average_ns, percentage, min_ns, max_ns, stddev`; legacy files
-    have no min/max/stddev, which are then NaN (not computed), never 0.
+    have no min/max/stddev, which are then NaN (not computed), never 0. A legacy file (no MinNs) names
+    kernels as legacy `results.csv` does, `.kd` suffix included: it is dropped as the trace reader drops
+    it, so that both name a kernel alike.
     """
     import pyarrow as pa
 
@@ -248,11 +250,17 @@ def read_stats(path: Path) -> pd.DataFrame:
     def col(key: str, dtype: str) -> Any:
         if key not in names:
             return np.full(table.num_rows, np.nan)
+        if dtype == "int64":  # Calls, TotalDurationNs: an empty cell is no count
+            return csvread.int_column(table, names[key], table.num_rows, path, required=True,
+                                      expected="an integer (a count or ns)")
         return table.column(names[key]).to_pandas().astype(dtype)
 
+    name = table.column(names["name"])
+    if "minns" not in names:
+        name = rocprof_legacy.clean_names(name)
     return pd.DataFrame(
         {
-            "name": csvread.string_column(table, names["name"]),
+            "name": name.to_pandas().astype("str"),
             "calls": col("calls", "int64"),
             "total_ns": col("totaldurationns", "int64"),
             "average_ns": col("averagens", "float64"),
@@ -302,8 +310,8 @@ def read_csv_table(path: Path) -> tuple[str, pd.DataFrame]:
             source,
             convert_options=pacsv.ConvertOptions(column_types=explicit, strings_can_be_null=False),
         )
-    except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
-        raise csvread.locate_error(path, header, int_cols, str(exc)) from exc
+    except pa.ArrowException as exc:
+        raise csvread.locate_error(path, header, int_cols, files.said(exc)) from exc
     n = table.num_rows
     out: dict[str, Any] = {}
     for raw, low in zip(header, lower, strict=True):

@@ -23,50 +23,98 @@ SOURCE = "rocprofv3-json"
 NAME_FIELDS = ("formatted_kernel_name", "demangled_kernel_name", "kernel_name")
 
 
-def _columns(records: list[dict], getters: dict[str, Any], path: Path, where: str) -> dict[str, list]:
-    """One list per field; a record lacking a field is an `InputError` naming it."""
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+CAUGHT = (KeyError, TypeError, IndexError, AttributeError)
+"""What a getter raises on a record lacking a field or of the wrong shape."""
+
+
+def _columns(records: list, getters: dict[str, Any], path: Path, where: str) -> dict[str, list]:
+    """One list per field; a record lacking a field, or not shaped as one, is an `InputError` naming it."""
+    if not isinstance(records, list):
+        raise InputError(path, where, "a list of records", type(records).__name__)
     try:
         return {name: [get(r) for r in records] for name, get in getters.items()}
-    except (KeyError, TypeError, IndexError):
+    except CAUGHT:
         for i, r in enumerate(records):
             for name, get in getters.items():
                 try:
                     get(r)
-                except (KeyError, TypeError, IndexError) as exc:
+                except CAUGHT as exc:
                     raise InputError(
                         path, f"{where}[{i}]", f"a record with its {name} field", repr(exc)
                     ) from exc
         raise
 
 
+def _int64(values: list, path: Path, where: str, field: str) -> np.ndarray:
+    """The values as int64; one that is not an integer (a bool, a float, text, null) or does not fit
+    int64 is an `InputError` naming its record and field."""
+    if set(map(type, values)) <= {int}:
+        try:
+            return np.asarray(values, dtype=np.int64)
+        except OverflowError:
+            pass
+    for i, v in enumerate(values):
+        if type(v) is not int:
+            raise InputError(path, f"{where}[{i}]", f"an integer {field}", repr(v)[:80])
+        if not INT64_MIN <= v <= INT64_MAX:
+            raise InputError(path, f"{where}[{i}]", f"an integer {field} that fits int64", repr(v)[:80])
+    raise AssertionError("unreachable: every value is an int64")  # pragma: no cover
+
+
 def _op_names(strings: dict, kind_index: int) -> tuple[str, list[str]]:
     try:
         entry = strings["buffer_records"][kind_index]
-        return entry.get("kind", ""), list(entry.get("operations", []))
-    except (KeyError, IndexError, TypeError):
+        return str(entry.get("kind", "")), list(entry.get("operations", []))
+    except CAUGHT:
         return "", []
 
 
-def _name_of(names: list[str], op: int) -> str:
-    return names[op] if 0 <= op < len(names) else f"operation {op}"
+def _name_of(names: list, op: int) -> str:
+    return str(names[op]) if 0 <= op < len(names) else f"operation {op}"
 
 
-def _agents(proc: dict) -> dict[Any, int]:
+def _object(value: Any, path: Path, where: str, what: str, default: Any) -> Any:
+    """`value` where it is a JSON object (list, for `default` a list), `default` where missing or null."""
+    if value is None:
+        return default
+    if not isinstance(value, type(default)):
+        raise InputError(path, where, what, type(value).__name__)
+    return value
+
+
+def _agents(proc: dict, path: Path, where: str) -> dict[Any, int]:
     """Agent handle -> its logical index (the CSV's relative "Agent N")."""
     out = {}
-    for a in proc.get("agents", []) or []:
-        handle = (a.get("id") or {}).get("handle")
-        out[handle] = int(a.get("logical_node_id", a.get("node_id", -1)))
+    for i, a in enumerate(_object(proc.get("agents"), path, f"{where}.agents", "a list of agents", [])):
+        here = f"{where}.agents[{i}]"
+        if not isinstance(a, dict):
+            raise InputError(path, here, "an agent object", type(a).__name__)
+        handle = _object(a.get("id"), path, f"{here}.id", "an id object with a handle", {}).get("handle")
+        index = a.get("logical_node_id", a.get("node_id", -1))
+        for name, value in (("id.handle", handle), ("logical_node_id", index)):
+            if name == "id.handle" and value is None:
+                continue
+            if type(value) is not int or not INT64_MIN <= value <= INT64_MAX:
+                raise InputError(path, f"{here}.{name}", "an integer", repr(value)[:80])
+        out[handle] = index
     return out
 
 
-def _symbols(proc: dict) -> tuple[dict[int, str], str]:
+def _symbols(proc: dict, path: Path, where: str) -> tuple[dict[int, str], str]:
     """Kernel id -> name, from the first name field that any symbol fills, and that field."""
-    symbols = proc.get("kernel_symbols", []) or []
+    symbols = _object(proc.get("kernel_symbols"), path, f"{where}.kernel_symbols", "a list of kernel symbols", [])
+    for i, sym in enumerate(symbols):
+        if not isinstance(sym, dict):
+            raise InputError(path, f"{where}.kernel_symbols[{i}]", "a kernel symbol object", type(sym).__name__)
     field_used = next((f for f in NAME_FIELDS if any(s.get(f) for s in symbols[1:])), "kernel_name")
     names: dict[int, str] = {}
-    for s in symbols:
-        names[int(s.get("kernel_id", len(names)))] = s.get(field_used) or s.get("kernel_name") or ""
+    for i, sym in enumerate(symbols):
+        kernel_id = sym.get("kernel_id", len(names))
+        if type(kernel_id) is not int:
+            raise InputError(path, f"{where}.kernel_symbols[{i}].kernel_id", "an integer", repr(kernel_id)[:80])
+        name = sym.get(field_used) or sym.get("kernel_name") or ""
+        names[kernel_id] = name if isinstance(name, str) else str(name)
     return names, field_used
 
 
@@ -81,20 +129,21 @@ def _kernel_rows(records: list, names: dict[int, str], agents: dict[Any, int], p
         "stream": lambda r: (r.get("stream_id") or {}).get("handle", -1),
         "correlation_id": lambda r: r["correlation_id"]["internal"],
     }, path, f"{where}.buffer_records.kernel_dispatch")
+    here = f"{where}.buffer_records.kernel_dispatch"
+    ints = {c: _int64(v, path, here, c) for c, v in cols.items()}
     missing = sorted({k for k in set(cols["kernel_id"]) if k not in names})
     if missing:
         raise InputError(path, f"{where}.kernel_symbols", "a symbol for every kernel_id", f"none for {missing[:5]}")
     kernels = {
         "kernel": [names[k] for k in cols["kernel_id"]],
-        "start_ns": np.asarray(cols["start_ns"], dtype=np.int64),
-        "end_ns": np.asarray(cols["end_ns"], dtype=np.int64),
+        "start_ns": ints["start_ns"],
+        "end_ns": ints["end_ns"],
         "device": np.asarray([agents.get(a, -1) for a in cols["agent"]], dtype=np.int64),
-        "queue": np.asarray(cols["queue"], dtype=np.int64),
-        "stream": np.asarray(cols["stream"], dtype=np.int64),
-        "correlation_id": np.asarray(cols["correlation_id"], dtype=np.int64),
+        "queue": ints["queue"],
+        "stream": ints["stream"],
+        "correlation_id": ints["correlation_id"],
     }
-    schema.check_intervals(kernels["start_ns"], kernels["end_ns"], path,
-                           lambda i: f"{where}.buffer_records.kernel_dispatch[{i}]")
+    schema.check_intervals(kernels["start_ns"], kernels["end_ns"], path, lambda i: f"{here}[{i}]")
     return kernels
 
 
@@ -110,21 +159,22 @@ def _copy_rows(records: list, strings: dict, agents: dict[Any, int], path: Path,
         "stream": lambda r: (r.get("stream_id") or {}).get("handle", -1),
         "correlation_id": lambda r: r["correlation_id"]["internal"],
     }, path, f"{where}.buffer_records.memory_copy")
+    here = f"{where}.buffer_records.memory_copy"
+    ints = {c: _int64(v, path, here, c) for c, v in cols.items()}
     op_names = {k: _op_names(strings, k)[1] for k in set(cols["kind"])}
     direction = [_name_of(op_names[k], o) for k, o in zip(cols["kind"], cols["operation"], strict=True)]
     device = [agents.get(s if d.upper().endswith("TO_HOST") else t, -1)
               for d, s, t in zip(direction, cols["src"], cols["dst"], strict=True)]
     copies = {
         "kernel": direction,
-        "start_ns": np.asarray(cols["start_ns"], dtype=np.int64),
-        "end_ns": np.asarray(cols["end_ns"], dtype=np.int64),
+        "start_ns": ints["start_ns"],
+        "end_ns": ints["end_ns"],
         "device": np.asarray(device, dtype=np.int64),
         "queue": -1,
-        "stream": np.asarray(cols["stream"], dtype=np.int64),
-        "correlation_id": np.asarray(cols["correlation_id"], dtype=np.int64),
+        "stream": ints["stream"],
+        "correlation_id": ints["correlation_id"],
     }
-    schema.check_intervals(copies["start_ns"], copies["end_ns"], path,
-                           lambda i: f"{where}.buffer_records.memory_copy[{i}]")
+    schema.check_intervals(copies["start_ns"], copies["end_ns"], path, lambda i: f"{here}[{i}]")
     return copies
 
 
@@ -133,6 +183,7 @@ def _host_rows(buffers: dict, strings: dict, buffer_names: tuple[str, ...], pid:
     """API calls (or markers, whose text `marker_text` gives by correlation id) of the named buffers."""
     rows: dict[str, list] = {k: [] for k in ("name", "start_ns", "end_ns", "tid", "correlation_id", "domain")}
     for buffer in buffer_names:
+        here = f"{where}.buffer_records.{buffer}"
         cols = _columns(buffers.get(buffer, []) or [], {
             "kind": lambda r: r["kind"],
             "operation": lambda r: r["operation"],
@@ -140,7 +191,8 @@ def _host_rows(buffers: dict, strings: dict, buffer_names: tuple[str, ...], pid:
             "end_ns": lambda r: r["end_timestamp"],
             "tid": lambda r: r.get("thread_id", -1),
             "correlation_id": lambda r: r["correlation_id"]["internal"],
-        }, path, f"{where}.buffer_records.{buffer}")
+        }, path, here)
+        ints = {c: _int64(v, path, here, c) for c, v in cols.items()}
         ops = {k: _op_names(strings, k) for k in set(cols["kind"])}
         names = [_name_of(ops[k][1], o) for k, o in zip(cols["kind"], cols["operation"], strict=True)]
         if marker_text is not None:
@@ -148,8 +200,8 @@ def _host_rows(buffers: dict, strings: dict, buffer_names: tuple[str, ...], pid:
         rows["name"] += names
         rows["domain"] += [ops[k][0] for k in cols["kind"]]
         for c in ("start_ns", "end_ns", "tid", "correlation_id"):
-            rows[c] += cols[c]
-    out: dict[str, Any] = {k: (np.asarray(v, dtype=np.int64) if k not in ("name", "domain") else v)
+            rows[c].append(ints[c])
+    out: dict[str, Any] = {k: (np.concatenate(v or [np.zeros(0, np.int64)]) if k not in ("name", "domain") else v)
                            for k, v in rows.items()}
     out["pid"] = pid
     return out
@@ -160,13 +212,21 @@ def _process(proc: dict, path: Path, p_index: int) -> dict[str, Any]:
     where = f"rocprofiler-sdk-tool[{p_index}]"
     if not isinstance(proc, dict) or "buffer_records" not in proc:
         raise InputError(path, where, "a process object with buffer_records (rocprofv3 JSON §1.6)")
-    strings = proc.get("strings", {}) or {}
-    buffers = proc["buffer_records"] or {}
-    pid = int((proc.get("metadata") or {}).get("pid", -1))
-    agents = _agents(proc)
-    names, field_used = _symbols(proc)
-    marker_text = {e["key"]: e.get("value", "") for e in strings.get("marker_api", []) or []
-                   if isinstance(e, dict) and "key" in e}
+    strings = _object(proc.get("strings"), path, f"{where}.strings", "a strings object", {})
+    buffers = _object(proc["buffer_records"], path, f"{where}.buffer_records", "an object of buffers", {})
+    pid = _object(proc.get("metadata"), path, f"{where}.metadata", "a metadata object", {}).get("pid", -1)
+    if type(pid) is not int or not INT64_MIN <= pid <= INT64_MAX:
+        raise InputError(path, f"{where}.metadata.pid", "an integer process id", repr(pid)[:80])
+    agents = _agents(proc, path, where)
+    names, field_used = _symbols(proc, path, where)
+    marker_text = {}
+    for i, e in enumerate(_object(strings.get("marker_api"), path, f"{where}.strings.marker_api",
+                                  "a list of marker texts", [])):
+        if isinstance(e, dict) and type(e.get("key")) is int:
+            marker_text[e["key"]] = str(e.get("value", ""))
+        else:
+            raise InputError(path, f"{where}.strings.marker_api[{i}]", 'a {"key": <int>, "value": <text>} object',
+                             repr(e)[:80])
     return {
         "field": field_used,
         "kernels": _kernel_rows(buffers.get("kernel_dispatch", []) or [], names, agents, path, where),
@@ -183,6 +243,11 @@ def read_json(path: Path) -> Trace:
     if not isinstance(data, dict) or not isinstance(data.get("rocprofiler-sdk-tool"), list):
         raise InputError(path, "top level", 'an object with a "rocprofiler-sdk-tool" list (rocprofv3 JSON)')
     procs = [_process(p, path, i) for i, p in enumerate(data["rocprofiler-sdk-tool"])]
+
+    if not procs:
+        return Trace(schema.empty_dispatches(SOURCE), schema.empty_api(SOURCE), schema.empty_markers(SOURCE),
+                     ROCPROF_CLOCK, SOURCE, str(path),
+                     {"kernel_name_field": None, "processes": 0, "clock_candidates": ROCPROF_CLOCK_CANDIDATES})
 
     def merged(key: str) -> dict[str, Any]:
         out: dict[str, Any] = {}

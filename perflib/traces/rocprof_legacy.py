@@ -1,6 +1,9 @@
 """Legacy rocprof v1/v2 `results.csv` (FORMATS.md §1.8): `KernelName`, `BeginNs`, `EndNs`.
 
-Names end in ` [clone .kd]` (dropped here); `gpu-id` is the device, `queue-id` the queue.
+Names end in ` [clone .kd]` or a bare `.kd` (the kernel descriptor's symbol, e.g.
+`__amd_rocclr_fillBufferAligned.kd`): both are dropped here, and from the names of the legacy
+`results.stats.csv` (`perflib.traces.read_stats`), so that the two files name a kernel alike.
+`gpu-id` is the device, `queue-id` the queue.
 """
 
 from __future__ import annotations
@@ -13,13 +16,20 @@ from perflib.traces import csvread, schema
 SOURCE = "rocprof-legacy"
 TABLE = "legacy_results"
 REQUIRED = ("kernelname", "beginns", "endns")
-CLONE_SUFFIX = r"\s*\[clone \.kd\]$"
+KD_SUFFIX = r"(\s*\[clone \.kd\]|\.kd)$"
+"""What legacy rocprof appends to a kernel's name: ` [clone .kd]`, or `.kd` alone."""
+
+
+def clean_names(names: Any) -> Any:
+    """A pyarrow string array of legacy rocprof names without their `.kd` suffix."""
+    import pyarrow.compute as pc
+
+    return pc.replace_substring_regex(names, KD_SUFFIX, "")
 
 
 def read_results_csv(path: Path, header: list[str] | None = None) -> dict[str, Any]:
     """`results.csv` -> {'dispatches', 'meta'} (no API or marker tables in this file)."""
     import pyarrow as pa
-    import pyarrow.compute as pc
 
     path = Path(path)
     header = header or csvread.header_of(path)
@@ -34,7 +44,7 @@ def read_results_csv(path: Path, header: list[str] | None = None) -> dict[str, A
             types[names[col]] = pa.int64()
     table = csvread.read_arrow(path, header, types, {"beginns", "endns", "gpu-id", "queue-id"})
     n = table.num_rows
-    kernel = pc.replace_substring_regex(table.column(names["kernelname"]), CLONE_SUFFIX, "")
+    kernel = clean_names(table.column(names["kernelname"]))
     data = {
         "kernel": kernel.to_pandas().astype("str"),
         "start_ns": csvread.int_column(table, names["beginns"], n, path, required=True),

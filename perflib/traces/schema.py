@@ -41,7 +41,13 @@ def _row_label_default(i: int) -> str:
     return f"row {i + 1}"
 
 
-def _as_int64(values: Any, n: int, fill: int = -1) -> np.ndarray:
+INT64_MAX = 2**63 - 1
+
+
+def _as_int64(values: Any, n: int, fill: int = -1, required: tuple[object, RowLabel, str] | None = None) -> np.ndarray:
+    """int64 of ids or times. An id that is not an integer (NaN, null, 1.5, text) is `fill` (unknown).
+    A time (`required` = (path, label, column)) must be an int64 integer: anything else is an
+    `InputError` naming its row, never a -1 or a truncated float that reads as a time."""
     if values is None:
         return np.full(n, fill, dtype=np.int64)
     if np.isscalar(values):
@@ -51,9 +57,24 @@ def _as_int64(values: Any, n: int, fill: int = -1) -> np.ndarray:
     arr = np.asarray(values)
     if arr.dtype == np.int64:
         return arr
-    if arr.dtype.kind == "f":
-        arr = np.where(np.isnan(arr), fill, arr)
-    return arr.astype(np.int64)
+    kind = arr.dtype.kind
+    if kind == "i" or (kind == "u" and (not arr.size or int(arr.max()) <= INT64_MAX)):
+        return arr.astype(np.int64)
+    if kind == "f":
+        ok = np.isfinite(arr) & (np.abs(arr) < 2.0**63)
+        ok[ok] = arr[ok] == np.floor(arr[ok])
+    elif kind in "uO":
+        ok = np.array([type(v) in (int, np.int64) and -(2**63) <= v <= INT64_MAX for v in arr.tolist()], dtype=bool)
+    else:  # booleans, text, dates: not ns, not ids
+        ok = np.zeros(arr.shape, dtype=bool)
+    if required is not None and not ok.all():
+        path, label, column = required
+        i = int(np.flatnonzero(~ok)[0])
+        raise InputError(path, f"{label(i)}, column {column}", "an int64 integer (ns)", repr(arr[i])[:80])
+    out = np.full(arr.shape, fill, dtype=np.int64)
+    if ok.any():
+        out[ok] = arr[ok].astype(np.int64) if kind != "O" else np.array(arr[ok].tolist(), dtype=np.int64)
+    return out
 
 
 def _as_str(values: Any) -> pd.Series:
@@ -85,9 +106,9 @@ def _frame(
     label: RowLabel,
     what: str,
 ) -> pd.DataFrame:
-    start = _as_int64(data["start_ns"], 0)
+    start = _as_int64(data["start_ns"], 0, required=(path, label, "start_ns"))
     n = len(start)
-    end = _as_int64(data["end_ns"], n)
+    end = _as_int64(data["end_ns"], n, required=(path, label, "end_ns"))
     check_intervals(start, end, path, label, what)
     out: dict[str, Any] = {}
     for col in columns:
@@ -100,7 +121,14 @@ def _frame(
                     np.full(n, DISPATCH_KINDS.index(kind), dtype=np.int8), categories=list(DISPATCH_KINDS)
                 )
             else:
-                out[col] = pd.Categorical(np.asarray(kind, dtype=object), categories=list(DISPATCH_KINDS))
+                values = np.asarray(kind, dtype=object)
+                codes = pd.Index(DISPATCH_KINDS).get_indexer(values)
+                unknown = np.flatnonzero(codes < 0)
+                if unknown.size:
+                    i = int(unknown[0])
+                    raise InputError(path, f"{label(i)}, column kind", "kind kernel, memcpy or memset",
+                                     repr(values[i])[:80])
+                out[col] = pd.Categorical.from_codes(codes.astype(np.int8), categories=list(DISPATCH_KINDS))
         elif col == "start_ns":
             out[col] = start
         elif col == "end_ns":

@@ -159,3 +159,10 @@ def test_manifest_window_from_level_clocks(tmp_path: Path) -> None:
     assert out["window"] == {"start_ns": lo, "end_ns": hi, "label": "level b4_c1024_r1 (boottime clock)"}
     assert out["dispatches"] == whole["dispatches"] and out["busy_ms"] == whole["busy_ms"]
     assert out["gap_ms"] == pytest.approx(whole["gap_ms"] + 0.010)  # 5 us either side
+
+
+def test_trace_cut_help_documents_replace() -> None:
+    done = perflib("trace", "cut", "--help")
+    assert done.returncode == 0, done.stderr
+    text = " ".join(done.stdout.split())
+    assert "--replace" in text and "fewer dispatches" in text and "kept as it was" in text

@@ -108,3 +108,100 @@ def test_report_reads_a_lifetime_trace_once_for_all_its_runs(lifetime, monkeypat
     os.utime(path, ns=(1, 1))  # the file changed: read again
     assert derive._read_trace_cached(path) is not first and len(calls) == 2
     derive._read_trace_keyed.cache_clear()
+
+
+@pytest.fixture()
+def committed(tmp_path: Path) -> Path:
+    """The two committed run folders as they are in data/raw: manifests pointing at their cuts."""
+    runs = tmp_path / "committed"
+    for level in LEVELS:
+        shutil.copytree(TRACED / level, runs / level)
+    return runs
+
+
+def snapshot(runs: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(runs)): p.read_bytes() for p in sorted(runs.rglob("*")) if p.is_file()}
+
+
+def an_hour_earlier(path: Path) -> Path:
+    trace = read_trace(path)
+    hour = 3_600_000_000_000
+    shifted = trace.dispatches.assign(start_ns=trace.dispatches.start_ns - hour, end_ns=trace.dispatches.end_ns - hour)
+    return write_trace_parquet(replace(trace, dispatches=shifted), path.with_name("an-hour-earlier.parquet"))
+
+
+def test_a_committed_cut_survives_a_cut_from_a_trace_of_another_time(lifetime, committed, capsys):
+    """Cutting a trace of another time onto committed run folders once replaced each cut by an empty one
+    (and only warned afterwards). Now every committed file and manifest stays byte for byte, the command
+    says which folders were kept and why, and exits 1."""
+    path, _ = lifetime
+    before = snapshot(committed)
+    other = an_hour_earlier(path)
+    assert main(["trace", "cut", str(other), str(committed), "--json"]) == 1
+    out = json.loads(capsys.readouterr().out)
+    assert snapshot(committed) == before
+    for row in out["runs"]:
+        level = Path(row["run_dir"]).name
+        assert row["status"] == "kept" and row["path"] is None and row["dispatches"] == 0
+        assert row["kept_dispatches"] == len(read_trace(TRACED / level / "trace.parquet").dispatches) > 0
+        assert row["kept_path"].endswith(f"{level}/trace.parquet") and "--replace" in row["note"]
+    assert main(["trace", "cut", str(other), str(committed)]) == 1
+    text = capsys.readouterr().out
+    assert text.count("kept as it was: the existing trace.parquet holds") == 2
+    assert "0 level windows cut" in text and "2 folders kept their cut as it was" in text
+    assert not list(committed.rglob("*.tmp")) and snapshot(committed) == before
+
+
+def test_replace_overwrites_a_committed_cut_when_asked(lifetime, committed, capsys):
+    path, _ = lifetime
+    other = an_hour_earlier(path)
+    assert main(["trace", "cut", str(other), str(committed), "--replace", "--json"]) == 1  # now empty windows
+    out = json.loads(capsys.readouterr().out)
+    assert [r["status"] for r in out["runs"]] == ["written", "written"]
+    for level in LEVELS:
+        assert len(read_trace(committed / level / "trace.parquet").dispatches) == 0
+        assert json.loads((committed / level / "manifest.json").read_text())["trace_cut"]["from"] == other.name
+
+
+def test_a_cut_holding_as_many_dispatches_replaces_the_old_one(lifetime, committed, capsys):
+    path, _ = lifetime
+    assert main(["trace", "cut", str(path), str(committed), "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert [r["status"] for r in out["runs"]] == ["written", "written"]
+    for level in LEVELS:
+        mine = read_trace(committed / level / "trace.parquet").dispatches
+        pd.testing.assert_frame_equal(mine, read_trace(TRACED / level / "trace.parquet").dispatches)
+        assert json.loads((committed / level / "manifest.json").read_text())["trace_cut"]["from"] == path.name
+
+
+def test_a_failed_write_leaves_the_old_cut_and_no_temporary_file(lifetime, committed, monkeypatch):
+    """The cut is written beside the old one and renamed over it only once complete."""
+    from perflib import cut
+
+    path, _ = lifetime
+    before = snapshot(committed)
+
+    def half_then_fail(trace, out, start, end):  # noqa: ANN001
+        Path(out).write_bytes(b"PAR1 half a file")
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(cut, "write_trace_parquet", half_then_fail)
+    with pytest.raises(OSError, match="No space left"):
+        cut.cut_into_runs(read_trace(path), committed, replace=True)
+    assert snapshot(committed) == before
+    assert not [p for p in committed.rglob("*") if p.name.startswith(".")]
+
+
+def test_repeats_not_kept_leave_an_existing_cut_and_its_manifest_alone(lifetime, committed, capsys):
+    path, _ = lifetime
+    manifest = committed / LEVELS[1] / "manifest.json"
+    doc = json.loads(manifest.read_text())
+    doc["repeat"] = 2
+    manifest.write_text(json.dumps(doc))
+    before = snapshot(committed)
+    assert main(["trace", "cut", str(path), str(committed), "--repeats", "1", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    second = next(r for r in out["runs"] if r["run_dir"].endswith(LEVELS[1]))
+    assert second["status"] == "kept" and "repeat 2 > 1" in second["note"]
+    assert snapshot(committed)[f"{LEVELS[1]}/manifest.json"] == before[f"{LEVELS[1]}/manifest.json"]
+    assert snapshot(committed)[f"{LEVELS[1]}/trace.parquet"] == before[f"{LEVELS[1]}/trace.parquet"]
