@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import math
+import re
 import sys
+from collections.abc import Callable
 
 from perflib.errors import PerflibError
 from perflib.version import __version__
@@ -13,6 +16,42 @@ from perflib.version import __version__
 # `func(args) -> int`. Command modules import only argparse at the top, so `perflib --help`
 # and `perflib trace summary` start without loading pandas or httpx twice.
 COMMANDS = ("server", "sweep", "metrics", "trace", "campaign")
+
+
+def _number(text: str, kind: type, low: float | None, low_open: bool, high: float | None, expected: str) -> float:
+    try:
+        value = kind(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected {expected}, found {text!r}") from None
+    if (not math.isfinite(value) or (low is not None and (value <= low if low_open else value < low))
+            or (high is not None and value > high)):
+        raise argparse.ArgumentTypeError(f"expected {expected}, found {text!r}")
+    return value
+
+
+def int_arg(low: int = 0, high: int | None = None) -> Callable[[str], int]:
+    """An argparse `type`: an integer in [low, high], refused with what was expected."""
+    expected = ("a positive integer" if low == 1 else "a non-negative integer" if low == 0 else
+                f"an integer of at least {low}") + (f" of at most {high}" if high is not None else "")
+    return lambda text: int(_number(text, int, low, False, high, expected))
+
+
+def float_arg(low: float | None = None, *, above: bool = False, high: float | None = None) -> Callable[[str], float]:
+    """An argparse `type`: a finite number, at least (or, with `above`, more than) `low`, at most `high`."""
+    expected = "a finite number" + (f" {'above' if above else 'of at least'} {low:g}" if low is not None else "")
+    expected += f" of at most {high:g}" if high is not None else ""
+    return lambda text: _number(text, float, low, above, high, expected)
+
+
+SAFE_LABEL_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.+-]{0,127}")
+
+
+def safe_label(text: str) -> str:
+    """An argparse `type` for a name that becomes part of a file name (a page's `--date`)."""
+    if SAFE_LABEL_RE.fullmatch(text) is None:
+        raise argparse.ArgumentTypeError("expected letters, digits and _ . + - not starting with . or - "
+                                         f"(it becomes part of a file name), found {text[:60]!r}")
+    return text
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -38,6 +77,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run one command; a perflib error, an OS error on a path the user gave, or text that is not
+    UTF-8 is one line on stderr and exit 2, never a traceback."""
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
@@ -50,6 +91,14 @@ def main(argv: list[str] | None = None) -> int:
 
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
+    except OSError as exc:  # a path the user gave: a folder, no permission, a full disk
+        where = f"{exc.filename}: " if exc.filename else ""
+        print(f"perflib: error: {where}{exc.strerror or exc} ({type(exc).__name__})", file=sys.stderr)
+        return 2
+    except UnicodeDecodeError as exc:
+        print(f"perflib: error: expected UTF-8 text, found an undecodable byte at {exc.start} ({exc.reason})",
+              file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         print("perflib: interrupted; records already written are kept", file=sys.stderr)
         return 130

@@ -15,15 +15,17 @@ nothing else: no HTTP, no parsing of what the files hold beyond JSON.
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
+import stat
 import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from perflib.errors import InputError
+from perflib.errors import InputError, PerflibError
 
 SCHEMA_VERSION = 1
 
@@ -43,6 +45,16 @@ INCOMPLETE = "incomplete"
 
 RUN_NAME_RE = re.compile(r"^b(\d+)_c(\d+)_r(\d+)$")
 """`b<batch>_c<context>_r<repeat>`; attempt copies (`….incomplete-1`, `….contended-2`) do not match."""
+
+SAFE_NAME_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.+-]{0,127}")
+SAFE_NAME = ("a name of letters, digits and _ . + - that does not start with . or - (at most 128 "
+             "characters: it becomes a folder or file name)")
+"""Campaign, arm and backend names and page dates become path parts: nothing that could climb out."""
+
+MAX_NUMBER = 1e15
+"""Largest magnitude of a float in a run folder's records (ms, tok/s): beyond it sums overflow."""
+MAX_INT = 2 ** 63 - 1
+"""Integers in a run folder fit int64 (nanosecond clocks, counts), as the tables downstream hold them."""
 
 
 # ------------------------------------------------------------------------------------------- names
@@ -64,14 +76,31 @@ def run_dir(root: Path | str, batch: int, context: int, repeat: int) -> Path:
     return Path(root) / run_name(batch, context, repeat)
 
 
+def name_problem(name: object) -> str | None:
+    """None for a name that is safe as one path part (`SAFE_NAME`), else what was found."""
+    if not isinstance(name, str):
+        return f"a {type(name).__name__}"
+    if SAFE_NAME_RE.fullmatch(name) is None:
+        return repr(name[:60])
+    return None
+
+
+def safe_name(name: str, what: str) -> str:
+    """`name` when it is safe as a path part, else a `PerflibError` saying which name and why."""
+    problem = name_problem(name)
+    if problem is not None:
+        raise PerflibError(f"{what} name: expected {SAFE_NAME}, found {problem}")
+    return name
+
+
 def campaign_root(data_dir: Path | str, campaign: str) -> Path:
     """`<data>/raw/<campaign>`: the folder that holds every arm of a campaign."""
-    return Path(data_dir) / "raw" / campaign
+    return Path(data_dir) / "raw" / safe_name(campaign, "campaign")
 
 
 def backend_dir(data_dir: Path | str, campaign: str, arm: str, backend: str) -> Path:
     """`<data>/raw/<campaign>/<arm>/<backend>`: one server's run folders and its log."""
-    return campaign_root(data_dir, campaign) / arm / backend
+    return campaign_root(data_dir, campaign) / safe_name(arm, "arm") / safe_name(backend, "backend")
 
 
 def campaign_run_dir(data_dir: Path | str, campaign: str, arm: str, backend: str, batch: int, context: int,
@@ -104,7 +133,120 @@ def list_runs(root: Path | str) -> list[RunFolder]:
     return found
 
 
+# ------------------------------------------------------------------------------------ files, values
+
+
+def _file_kind(mode: int) -> str:
+    kinds = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
+             (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
+    return next((name for test, name in kinds if test(mode)), "not a regular file")
+
+
+def read_text(path: Path | str, expected: str, *, missing_ok: bool = False, max_bytes: int | None = None
+              ) -> str | None:
+    """The UTF-8 text of a regular file. Missing (None with `missing_ok`), unreadable, a folder, a FIFO
+    or a device (opened without blocking, then refused), larger than `max_bytes`, or not UTF-8: an
+    `InputError` naming the file, saying `expected` and what was found."""
+    path = Path(path)
+    expected_file = f"{expected} in a regular file"
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except FileNotFoundError:
+        if missing_ok:
+            return None
+        raise InputError(path, None, expected_file, "no such file") from None
+    except OSError as exc:
+        raise InputError(path, None, expected_file, f"{type(exc).__name__}: {exc.strerror}") from None
+    mode = os.fstat(fd)
+    if not stat.S_ISREG(mode.st_mode) or (max_bytes is not None and mode.st_size > max_bytes):
+        os.close(fd)
+        if not stat.S_ISREG(mode.st_mode):
+            raise InputError(path, None, expected_file, _file_kind(mode.st_mode))
+        raise InputError(path, None, f"{expected} of at most {max_bytes} bytes", f"{mode.st_size} bytes")
+    with os.fdopen(fd, "rb") as handle:
+        try:
+            data = handle.read()
+        except OSError as exc:
+            raise InputError(path, None, expected_file, f"{type(exc).__name__}: {exc.strerror}") from None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        raise InputError(path, f"line {line}", f"UTF-8 text ({expected})",
+                         f"undecodable byte 0x{data[exc.start]:02x}") from None
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and -MAX_INT <= value <= MAX_INT
+
+
+def _is_number(value: Any) -> bool:
+    return (isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+            and abs(value) <= MAX_NUMBER)
+
+
+VALUE_KINDS: dict[str, tuple[str, Any]] = {
+    "int": ("an integer", _is_int),
+    "count": ("a non-negative integer", lambda v: _is_int(v) and v >= 0),
+    "positive": ("a positive integer", lambda v: _is_int(v) and v >= 1),
+    "number": (f"a finite number (magnitude at most {MAX_NUMBER:g})", _is_number),
+    "anynumber": ("a number", lambda v: isinstance(v, int | float) and not isinstance(v, bool)),
+    "str": ("a string", lambda v: isinstance(v, str)),
+    "bool": ("true or false", lambda v: isinstance(v, bool)),
+    "dict": ("a JSON object", lambda v: isinstance(v, dict)),
+    "list[str]": ("a list of strings", lambda v: isinstance(v, list) and all(isinstance(x, str) for x in v)),
+    "list[int]": ("a list of integers", lambda v: isinstance(v, list) and all(_is_int(x) for x in v)),
+    "list[number]": ("a list of finite numbers", lambda v: isinstance(v, list) and all(_is_number(x) for x in v)),
+}
+"""A kind of value (`"int"`, `"number?"`: `?` admits null) -> (what is expected, the test)."""
+
+
+def value_problem(value: Any, kind: str) -> str | None:
+    """None when `value` is of `kind` (see `VALUE_KINDS`), else what was expected."""
+    optional = kind.endswith("?")
+    expected, test = VALUE_KINDS[kind.rstrip("?")]
+    if value is None and optional:
+        return None
+    return None if test(value) else expected + (" or null" if optional else "")
+
+
+def describe(value: Any) -> str:
+    """How a found value is named in an error: its JSON kind, and a short text for a scalar."""
+    kinds = {dict: "a JSON object", list: "a list", str: "a string", bool: "a boolean", int: "an integer",
+             float: "a number", type(None): "null"}
+    kind = kinds.get(type(value), type(value).__name__)
+    if isinstance(value, dict | list) or value is None:
+        return kind
+    text = repr(value[:60] if isinstance(value, str) else value)
+    return f"{kind} {text[:60]}"
+
+
+def check_fields(obj: Mapping[str, Any], fields: Mapping[str, str], path: Path | str, where: str) -> None:
+    """Every key of `fields` present in `obj` holds its kind; else an `InputError` at `where<key>`."""
+    for name, kind in fields.items():
+        if name in obj:
+            expected = value_problem(obj[name], kind)
+            if expected:
+                raise InputError(path, f"{where}{name}", expected, describe(obj[name]))
+
+
 # ---------------------------------------------------------------------------------------- manifest
+
+
+MANIFEST_FIELDS: dict[str, str] = {
+    "schema": "int", "campaign": "str?", "arm": "str?", "backend": "str?", "batch": "positive",
+    "context": "positive", "decode_tokens": "positive", "repeat": "positive", "base_url": "str?",
+    "endpoint": "str?", "server": "dict?", "tools": "dict?", "clocks": "dict?", "prompt_tokens": "dict?",
+    "status": "str", "errors": "list[str]", "metrics": "dict?", "trace_path": "str?", "warmup_ok": "bool?",
+    "gauge_samples": "count?", "moved_aside": "str?",
+}
+"""Manifest keys (docs/SCHEMA.md §2) and their kinds, checked where present when a manifest is read."""
+
+METRICS_INFO_FIELDS: dict[str, str] = {
+    "available": "bool?", "dialect": "str?", "error": "str?", "process_start_before": "number?",
+    "process_start_after": "number?",
+}
+"""The manifest's `metrics` object: what the level's scrapes said."""
 
 
 def write_json_atomic(path: Path | str, obj: Any) -> Path:
@@ -138,25 +280,26 @@ def write_manifest(run: Path | str, manifest: Mapping[str, Any]) -> Path:
 
 def read_manifest(run: Path | str, missing_ok: bool = False) -> dict[str, Any] | None:
     """The manifest of a run folder (or of a manifest file given as such). A missing one is None with
-    `missing_ok`, else an `InputError`; one that is not a JSON object is always an `InputError`
-    naming the file."""
+    `missing_ok`, else an `InputError`; one that is not a JSON object, or whose known keys
+    (`MANIFEST_FIELDS`) hold the wrong type, is always an `InputError` naming the file and field."""
     path = Path(run)
     if path.is_dir() or not path.suffix:
         path = path / MANIFEST
-    try:
-        text = path.read_text()
-    except FileNotFoundError:
-        if missing_ok:
-            return None
-        raise InputError(path, None, "a run manifest (the run folder was never started)", "no file") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InputError(path, None, "a readable UTF-8 run manifest", f"{type(exc).__name__}: {exc}") from None
+    text = read_text(path, "a run manifest (JSON)", missing_ok=missing_ok)
+    if text is None:
+        return None
     try:
         obj = json.loads(text)
     except json.JSONDecodeError as exc:
         raise InputError(path, f"{exc.lineno}:{exc.colno}", "JSON", exc.msg) from None
+    except RecursionError:
+        raise InputError(path, None, "JSON nested at most a few hundred levels deep", "deeper nesting") from None
     if not isinstance(obj, dict):
         raise InputError(path, None, "a JSON object", type(obj).__name__)
+    check_fields(obj, MANIFEST_FIELDS, path, "field ")
+    metrics = obj.get("metrics")
+    if isinstance(metrics, dict):
+        check_fields(metrics, METRICS_INFO_FIELDS, path, "field metrics.")
     return obj
 
 
@@ -235,21 +378,18 @@ def append_jsonl(path: Path | str, obj: Mapping[str, Any]) -> None:
         handle.flush()
 
 
-def read_jsonl(path: Path | str) -> list[dict[str, Any]]:
-    """Objects of a JSON Lines file; a missing file reads as empty.
+def read_jsonl_lines(path: Path | str) -> list[tuple[int, dict[str, Any]]]:
+    """(line number, object) of each line of a JSON Lines file; a missing file reads as empty.
 
     A last line cut off by a crash (no newline, not JSON) is dropped; any other bad line is an
     `InputError` naming the file and the line.
     """
     path = Path(path)
-    if not path.exists():
+    text = read_text(path, "a JSON Lines file", missing_ok=True)
+    if text is None:
         return []
-    try:
-        text = path.read_text()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InputError(path, None, "a readable UTF-8 JSON Lines file", f"{type(exc).__name__}: {exc}") from None
     lines = text.split("\n")
-    out: list[dict[str, Any]] = []
+    out: list[tuple[int, dict[str, Any]]] = []
     for number, line in enumerate(lines, start=1):
         if not line.strip():
             continue
@@ -259,9 +399,72 @@ def read_jsonl(path: Path | str) -> list[dict[str, Any]]:
             if number == len(lines) and not text.endswith("\n"):
                 break  # cut off mid-write by a crash
             raise InputError(path, f"{number}:{exc.colno}", "one JSON object per line", exc.msg) from None
+        except RecursionError:
+            raise InputError(path, f"line {number}", "a JSON object nested a few levels deep",
+                             "deeper nesting") from None
         if not isinstance(obj, dict):
             raise InputError(path, str(number), "a JSON object", type(obj).__name__)
-        out.append(obj)
+        out.append((number, obj))
+    return out
+
+
+def read_jsonl(path: Path | str) -> list[dict[str, Any]]:
+    """Objects of a JSON Lines file (`read_jsonl_lines` without the line numbers)."""
+    return [obj for _, obj in read_jsonl_lines(path)]
+
+
+REQUEST_FIELDS: dict[str, str] = {
+    "request_id": "str?", "batch": "positive?", "context": "positive?", "repeat": "positive?",
+    "prompt_tokens": "count?", "prompt_tokens_method": "str?", "max_tokens": "count?", "start_ns": "int?",
+    "first_token_ns": "int?", "last_token_ns": "int?", "end_ns": "int?", "start_unix_ns": "int?",
+    "ttft_ms": "number?", "e2e_ms": "number?", "itl_ms": "list[number]?", "chunk_ns": "list[int]?",
+    "completion_tokens": "count?", "decode_tok_s": "number?", "status": "int?", "ok": "bool?", "error": "str?",
+    "timings": "dict?", "attempt": "count?", "usage_prompt_tokens": "count?",
+}
+"""Request record keys (docs/SCHEMA.md §2, `perflib.load.RequestRecord`) and their kinds."""
+
+TIMINGS_FIELDS: dict[str, str] = {"predicted_n": "count?", "predicted_ms": "number?", "prompt_n": "count?",
+                                  "prompt_ms": "number?"}
+"""The parts of a server's `timings` object that perflib computes with."""
+
+
+def check_request(rec: Mapping[str, Any], path: Path | str, line: int) -> None:
+    """A request record's kinds, and for one that reached a token the order of its times."""
+    where = f"line {line}, field "
+    check_fields(rec, REQUEST_FIELDS, path, where)
+    if isinstance(rec.get("timings"), dict):
+        check_fields(rec["timings"], TIMINGS_FIELDS, path, where + "timings.")
+    if rec.get("first_token_ns") is None and not rec.get("ok"):
+        return
+    for name in ("start_ns", "first_token_ns", "last_token_ns"):
+        if rec.get(name) is None:
+            raise InputError(path, where + name, "an integer (the request has a token)", "null or nothing")
+    if not rec["start_ns"] <= rec["first_token_ns"] <= rec["last_token_ns"]:
+        raise InputError(path, where + "first_token_ns", "start_ns <= first_token_ns <= last_token_ns",
+                         f"{rec['start_ns']}, {rec['first_token_ns']}, {rec['last_token_ns']}")
+    chunks = rec.get("chunk_ns") or []
+    if any(b < a for a, b in zip(chunks, chunks[1:], strict=False)):
+        raise InputError(path, where + "chunk_ns", "times in order (non-decreasing)", "a time that goes back")
+
+
+def read_requests(path: Path | str) -> list[dict[str, Any]]:
+    """The request records of `requests.jsonl` (or `warmup.jsonl`), each checked by `check_request`."""
+    out = []
+    for line, rec in read_jsonl_lines(path):
+        check_request(rec, path, line)
+        out.append(rec)
+    return out
+
+
+def read_gauges(path: Path | str) -> list[dict[str, Any]]:
+    """The gauge samples of `gauges.jsonl`: `gauges` is an object of numbers (or null for a failed scrape)."""
+    out = []
+    for line, sample in read_jsonl_lines(path):
+        check_fields(sample, {"t_ns": "int?", "unix_ns": "int?", "gauges": "dict?", "error": "str?"}, path,
+                     f"line {line}, field ")
+        gauges = sample.get("gauges") or {}
+        check_fields(gauges, dict.fromkeys(gauges, "anynumber?"), path, f"line {line}, field gauges.")
+        out.append(sample)
     return out
 
 

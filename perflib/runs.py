@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from perflib import metrics, rundir
+from perflib.errors import InputError, PerflibError
 from perflib.intervals import covered_ns, union_intervals
 
 MIN_STEADY_SAMPLES = 8
@@ -196,10 +197,14 @@ def summarize_run(run_dir: Path | str) -> dict[str, Any]:
     `metrics_before.txt` and `metrics_after.txt` (None when either is missing). Extra columns:
     `EXTRA_COLUMNS`. Only successes enter the statistics (LOADGEN §1); a failed request leaves the
     level incomplete.
+
+    Every file is read through its check (`perflib.rundir.read_manifest`, `read_requests`,
+    `read_gauges`, `perflib.metrics.parse_exposition`): a bad value is an `InputError` naming the file,
+    the line or field and the expectation, so a caller can report the folder and go on with the rest.
     """
     run_dir = Path(run_dir)
     manifest = rundir.read_manifest(run_dir)
-    records = rundir.read_jsonl(run_dir / rundir.REQUESTS)
+    records = rundir.read_requests(run_dir / rundir.REQUESTS)
     ok = [r for r in records if r.get("ok")]
     row: dict[str, Any] = {name: None for name in (*RUNS_COLUMNS, *EXTRA_COLUMNS)}
     row.update({key: manifest.get(key) for key in ("campaign", "arm", "backend", "batch", "context", "repeat",
@@ -215,7 +220,7 @@ def summarize_run(run_dir: Path | str) -> dict[str, Any]:
     parts = decode_window_decomposition(ok, steady.step_ms)
     row.update(own_step_share=parts.own_step_share, prefill_share=parts.prefill_share,
                other_share=parts.other_share, overlap_share=parts.overlap_share, window_ms=parts.window_ms)
-    row.update(_counter_figures(run_dir, manifest, records))
+    row.update(_counter_figures(run_dir, manifest, records, row["errors"]))
     seen = manifest.get("contention") if isinstance(manifest.get("contention"), dict) else {}
     row.update(contended=bool(seen.get("contended")), contention_why=seen.get("why") or None)
     return row
@@ -249,19 +254,31 @@ def _client_figures(ok: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     return out
 
 
-def _counter_figures(run_dir: Path, manifest: Mapping[str, Any], records: Sequence[Mapping[str, Any]]
-                     ) -> dict[str, Any]:
+def _counter_figures(run_dir: Path, manifest: Mapping[str, Any], records: Sequence[Mapping[str, Any]],
+                     errors: list[str]) -> dict[str, Any]:
+    """Counter figures of the two scrapes; counters of a server no dialect knows are unavailable, with
+    why appended to `errors`, and a bad file is an `InputError` naming it."""
     before = run_dir / rundir.METRICS_BEFORE
     after = run_dir / rundir.METRICS_AFTER
     out: dict[str, Any] = {"metrics_available": False, "metrics_absent": None}
     if not (before.is_file() and after.is_file()):
         return out
     info = manifest.get("metrics") or {}
+    dialect = info.get("dialect") or "auto"
+    if dialect not in ("auto", *metrics.DIALECTS):
+        raise InputError(run_dir / rundir.MANIFEST, "field metrics.dialect",
+                         f"auto or one of {', '.join(metrics.DIALECTS)}", repr(dialect))
+    texts = [metrics.parse_exposition(rundir.read_text(path, "Prometheus exposition text") or "", str(path))
+             for path in (before, after)]
     finished = sum(1 for r in records if r.get("completion_tokens") is not None)
-    gauges = [s["gauges"] for s in rundir.read_jsonl(run_dir / rundir.GAUGES) if s.get("gauges")]
-    delta = metrics.diff(before.read_text(), after.read_text(), dialect=(info.get("dialect") or "auto"),
-                         requests=finished, process_start_before=info.get("process_start_before"),
-                         process_start_after=info.get("process_start_after"), gauge_samples=gauges).to_dict()
+    gauges = [s["gauges"] for s in rundir.read_gauges(run_dir / rundir.GAUGES) if s.get("gauges")]
+    try:
+        delta = metrics.diff(texts[0], texts[1], dialect=dialect, requests=finished,
+                             process_start_before=info.get("process_start_before"),
+                             process_start_after=info.get("process_start_after"), gauge_samples=gauges).to_dict()
+    except PerflibError as exc:  # metrics of a server no dialect knows: the client figures still stand
+        errors.append(f"{after}: counters unavailable: {exc}")
+        return out
     out["metrics_available"] = True
     absent = list(delta.get("absent") or [])
     for key in ("decode_step_ms", "raw_step_ms", "occupancy", "prefill_chunks", "mixed_steps", "decode_steps",
@@ -271,7 +288,6 @@ def _counter_figures(run_dir: Path, manifest: Mapping[str, Any], records: Sequen
     absent += [key for key in ("prefill_chunks", "mixed_steps") if out[key] is None and key not in absent]
     out["metrics_absent"] = absent
     return out
-
 
 
 LEVEL_FIGURES = (

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+from perflib.cli import float_arg, int_arg
+
 DIALECT_CHOICES = ("auto", "mlxcel", "llamacpp", "vllm", "sglang")
 
 
@@ -40,28 +42,21 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     diff.add_argument("after", metavar="AFTER", help="exposition text scraped after every request finished")
     diff.add_argument("--dialect", choices=DIALECT_CHOICES, default="auto",
                       help="server metric names (default: detect from the names present)")
-    diff.add_argument("--requests", type=int, default=None, metavar="N",
+    diff.add_argument("--requests", type=int_arg(0), default=None, metavar="N",
                       help="requests completed in the level (llama.cpp needs it for decode_step_ms)")
-    diff.add_argument("--process-start-before", type=float, default=None, metavar="UNIX_S",
+    diff.add_argument("--process-start-before", type=float_arg(), default=None, metavar="UNIX_S",
                       help="Process-Start-Time-Unix header of the before scrape (a change means a restart)")
-    diff.add_argument("--process-start-after", type=float, default=None, metavar="UNIX_S",
+    diff.add_argument("--process-start-after", type=float_arg(), default=None, metavar="UNIX_S",
                       help="Process-Start-Time-Unix header of the after scrape")
     diff.add_argument("--json", action="store_true", help="print one JSON object (null where undefined)")
     diff.set_defaults(func=run_diff)
 
 
 def _read(path: str) -> str:
-    from pathlib import Path
+    """The exposition text of a file the user named: a regular UTF-8 file, else an `InputError`."""
+    from perflib.rundir import read_text
 
-    from perflib.errors import InputError
-
-    p = Path(path)
-    if not p.is_file():
-        raise InputError(p, None, "a file of /metrics exposition text", "no such file")
-    try:
-        return p.read_text(encoding="utf-8")
-    except UnicodeDecodeError as exc:
-        raise InputError(p, f"byte {exc.start}", "UTF-8 exposition text", "undecodable bytes") from exc
+    return read_text(path, "/metrics exposition text") or ""
 
 
 def _fmt(name: str, value: float | None) -> str:

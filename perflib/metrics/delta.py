@@ -7,6 +7,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from perflib.errors import PerflibError
 from perflib.metrics.exposition import Sample, Snapshot, as_samples
 from perflib.metrics.figures import FIGURES, derive_figures
 from perflib.metrics.names import (
@@ -88,6 +89,8 @@ def _resets(before: Sequence[Sample], after: Sequence[Sample], gauge_like: set[s
         if a is None or s.name in gauge_like or any(k == "quantile" for k, _ in s.labels):
             continue
         is_counter = s.kind in counter_kinds or (s.kind == "unknown" and s.name.endswith("_total"))
+        if not (math.isfinite(s.value) and math.isfinite(a.value)):
+            continue  # NaN or Inf proves nothing about a reset; `_canonical` reports it
         if s.name.endswith("_created"):
             if a.value != s.value:
                 reasons.append(f"{s.key} changed {s.value:g} -> {a.value:g} (counter re-created)")
@@ -115,6 +118,7 @@ def diff(
     `gauge_values` dicts taken during the level: SGLang's occupancy is their time average of
     `num_running_reqs` (an extension of SCHEMA.md §3, optional).
     """
+    _check_arguments(requests, process_start_before, process_start_after)
     if isinstance(before_text, Snapshot) and process_start_before is None:
         process_start_before = before_text.process_start
     if isinstance(after_text, Snapshot) and process_start_after is None:
@@ -155,6 +159,29 @@ def diff(
                         notes=tuple(notes), **result, **figures)
 
 
+def _check_arguments(requests: Any, process_start_before: Any, process_start_after: Any) -> None:
+    """`requests` a non-negative integer and the start times finite numbers, where given."""
+    if requests is not None and (isinstance(requests, bool) or not isinstance(requests, int) or requests < 0):
+        raise PerflibError(f"requests: expected a non-negative integer (requests completed in the level), "
+                           f"found {requests!r}")
+    for name, value in (("process_start_before", process_start_before), ("process_start_after", process_start_after)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int | float)
+                                  or not math.isfinite(value)):
+            raise PerflibError(f"{name}: expected a finite number (Unix seconds), found {value!r}")
+
+
+def _not_finite(values: dict[str, float], which: str, server_name: str) -> tuple[set[str], list[str]]:
+    """Keys whose value is NaN or ±Inf, and a note for each: reported as such, never computed with."""
+    bad = {k for k, v in values.items() if not math.isfinite(v)}
+    notes = [f"{key}: {server_name} is {_show(values[key])} in the {which} snapshot: its delta and the figures "
+             "from it are n/a" for key in sorted(bad)]
+    return bad, notes
+
+
+def _show(value: float) -> str:
+    return "NaN" if math.isnan(value) else ("+Inf" if value > 0 else "-Inf")
+
+
 @dataclass
 class _Canonical:
     """Each canonical name of a dialect resolved in the after snapshot (alias order), then read in both."""
@@ -184,12 +211,15 @@ def _canonical(table: Sequence[MetricName], before: Sequence[Sample], after: Seq
             out.notes.append(f"{spec.canonical}: read from the older name {server_name}")
         a = values_for(spec, server_name, after)
         b = values_for(spec, server_name, before)
-        out.values_after.update(a)
-        out.values_before.update(b)
+        bad_a, notes_a = _not_finite(a, "after", server_name)
+        bad_b, notes_b = _not_finite(b, "before", server_name)
+        out.notes.extend(notes_a + notes_b)
+        out.values_after.update({k: v for k, v in a.items() if k not in bad_a})
+        out.values_before.update({k: v for k, v in b.items() if k not in bad_b})
         if spec.kind == "gauge":
-            out.gauges_after.update(a)
+            out.gauges_after.update({k: v for k, v in a.items() if k not in bad_a})
         else:
-            out.deltas.update({k: v - b.get(k, 0.0) for k, v in a.items()})
+            out.deltas.update({k: None if k in bad_a | bad_b else v - b.get(k, 0.0) for k, v in a.items()})
     return out
 
 

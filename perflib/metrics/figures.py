@@ -42,9 +42,11 @@ FIGURE_HELP: dict[str, tuple[str, str]] = {
 
 
 def _ratio(num: float | None, den: float | None, scale: float = 1.0) -> float | None:
-    if num is None or den is None or den <= 0:
+    """scale·num/den, or None where either is missing or not finite, or den is not above 0."""
+    if num is None or den is None or not (math.isfinite(num) and math.isfinite(den)) or den <= 0:
         return None
-    return scale * num / den
+    value = scale * num / den
+    return value if math.isfinite(value) else None
 
 
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from perflib.errors import PerflibError
-from perflib.metrics.exposition import Sample, as_samples
+from perflib.metrics.exposition import Sample, as_samples, escape_label
 
 DIALECTS = ("mlxcel", "llamacpp", "vllm", "sglang")
 Kind = Literal["counter", "gauge", "histogram"]
@@ -188,7 +188,7 @@ def values_for(spec: MetricName, server_name: str, samples: Iterable[Sample]) ->
         if spec.by_label:
             label = dict(s.labels).get(spec.by_label)
             if label is not None:
-                labelled = f'{spec.canonical}{{{spec.by_label}="{label}"}}'
+                labelled = f'{spec.canonical}{{{spec.by_label}="{escape_label(label)}"}}'
                 by_label[labelled] = by_label.get(labelled, 0.0) + s.value
     out = {k: (sum(v) / len(v) if spec.agg == "mean" else sum(v)) for k, v in parts.items()}
     out.update(by_label)

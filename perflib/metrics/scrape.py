@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import json
+import math
 from typing import Any
 
 from perflib.clocks import now_clocks
 from perflib.errors import PerflibError
-from perflib.metrics.exposition import Snapshot
+from perflib.metrics.exposition import Snapshot, parse_exposition
+
+MAX_BODY_BYTES = 64 * 1024 * 1024
+"""Largest `/metrics` body read: a server's exposition is kilobytes; a stream past this is refused."""
 
 
 class MetricsUnavailable(PerflibError):
@@ -47,27 +51,47 @@ def scrape(base_url: str, *, client: Any = None, timeout: float = 10.0, model: s
     """GET `<base_url>/metrics` with httpx (sync) and return a `Snapshot`.
 
     Raises `MetricsUnavailable` when the server serves no metrics (501/404) and `PerflibError` on a
-    connection failure or another status. `taken` is `now_clocks()` read when the answer arrived.
-    One scraper per server during a run: each scrape resets llama.cpp's `*_tokens_seconds` gauges.
+    connection failure or another status. The body is checked where it enters: one that is not
+    exposition text (or repeats a series) is an `InputError` naming the URL and the line, one past
+    `MAX_BODY_BYTES` a `PerflibError`; a `Process-Start-Time-Unix` header that is not a finite number
+    reads as None. `taken` is `now_clocks()` read when the answer arrived. One scraper per server
+    during a run: each scrape resets llama.cpp's `*_tokens_seconds` gauges.
     """
     import httpx
 
     url = base_url.rstrip("/") + "/metrics"
     params = {"model": model} if model else None
     try:
-        if client is None:
-            resp = httpx.get(url, params=params, timeout=timeout)
-        else:
-            resp = client.get(url, params=params, timeout=timeout)
+        with (client or httpx).stream("GET", url, params=params, timeout=timeout) as resp:
+            body = _read_capped(resp, url)
     except httpx.HTTPError as exc:
         raise PerflibError(f"{url}: could not scrape ({type(exc).__name__}: {exc}); is the server running?") from exc
     taken = now_clocks()
-    error = classify_metrics_response(resp.status_code, resp.text, url)
+    text = body.decode(resp.encoding or "utf-8", errors="replace")
+    error = classify_metrics_response(resp.status_code, text, url)
     if error is not None:
         raise error
-    header = resp.headers.get("Process-Start-Time-Unix")
+    parse_exposition(text, url)
+    return Snapshot(text=text, process_start=_process_start(resp.headers.get("Process-Start-Time-Unix")),
+                    taken=taken, url=url)
+
+
+def _read_capped(resp: Any, url: str) -> bytes:
+    """The body of a streamed httpx response, refused past `MAX_BODY_BYTES`."""
+    parts: list[bytes] = []
+    size = 0
+    for part in resp.iter_bytes():
+        size += len(part)
+        if size > MAX_BODY_BYTES:
+            raise PerflibError(f"{url}: expected a /metrics body of at most {MAX_BODY_BYTES} bytes, found more")
+        parts.append(part)
+    return b"".join(parts)
+
+
+def _process_start(header: str | None) -> float | None:
+    """The `Process-Start-Time-Unix` header as a finite number, else None."""
     try:
-        process_start = float(header) if header is not None else None
+        value = float(header) if header is not None else None
     except ValueError:
-        process_start = None
-    return Snapshot(text=resp.text, process_start=process_start, taken=taken, url=url)
+        return None
+    return value if value is not None and math.isfinite(value) else None
