@@ -126,11 +126,10 @@ def _family_ranges(hits: pd.DataFrame, launched: pd.DataFrame | None) -> tuple[n
         hs, he, how = host["start_ns"].to_numpy(np.int64), host["end_ns"].to_numpy(np.int64), "as they stand"
     else:
         hs, he = _on_gpu(host, launched)
-        names = host["name"].to_numpy()
+        names, gpu_names = host["name"].to_numpy(), gpu["name"].to_numpy()
         keep = hs >= 0
-        for i in np.flatnonzero(keep):  # the same step seen on the GPU stream: keep that copy
-            same = gpu["name"].to_numpy() == names[i]
-            keep[i] = not bool(np.any(same & (gs < he[i]) & (ge > hs[i])))
+        for i in np.flatnonzero(keep) if gs.size else ():  # the step seen on the GPU stream: keep that copy
+            keep[i] = not bool(np.any((gpu_names == names[i]) & (gs < he[i]) & (ge > hs[i])))
         hs, he, how = hs[keep], he[keep], "on the kernels they launched"
     side = ("GPU ranges" if hs.size == 0 else f"host ranges, {how}" if gs.size == 0
             else f"GPU ranges and host ranges, {how}")

@@ -17,7 +17,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-import pandas as pd
 
 from perflib.attribution.markers import marked_steps
 from perflib.attribution.rhythm import steps_from_rhythm
@@ -48,7 +47,6 @@ def _counted(count: int, method: str) -> StepSplit:
 
 def find_steps(
     trace: Any,
-    dispatches: pd.DataFrame,
     steps: int | str | StepCount | None,
     codes: np.ndarray,
     names: list[str],
@@ -57,7 +55,8 @@ def find_steps(
     window: Window,
     step_marker: str | None = None,
 ) -> StepSplit | None:
-    """The steps of the window's dispatches (sorted by start; `codes` into `names`, `s`/`e` clipped), by
+    """The steps of the window's dispatches (sorted by start; `codes` into `names`, `s`/`e` clipped to
+    the window; kernels, copies and fills alike: an input copy may open each step), by
     the module's order. `steps`: an int overrides it (method `given`); a str is a regex for the ranges
     tried first (as `step_marker`, the campaign's, is); a `StepCount` is source 2."""
     if isinstance(steps, (int, np.integer)) and not isinstance(steps, bool):

@@ -270,7 +270,7 @@ def summarize(
     ender = np.append(first, -1)  # the dispatch that ends each gap; -1 = trailing ("tail")
 
     largest = _largest_gaps(gap_starts - w0, gap_len, ender, codes, names, top)
-    split = find_steps(trace, dispatches, steps, codes, names, s, e, window, step_marker)
+    split = find_steps(trace, steps, codes, names, s, e, window, step_marker)
     step_table = _step_table(split, gs, ge, s)
     step_count = None if split is None else (split.count if split.count is not None else len(step_table))
     step_method = None if split is None else split.method
