@@ -118,19 +118,17 @@ def trace_rows(campaign: Campaign, arm: str, backend: str, run_dir: Path, keys: 
         return None, f"{run.label}: trace path {path} does not exist"
     try:
         trace = _read_trace_cached(path)
-        if (spec and spec.profiler.window == "steps") or not (run_dir / rundir.MANIFEST).is_file():
-            window = attribution.window_from_step_markers(getattr(trace, "markers", None))
-        elif spec and spec.profiler.window == "level":
-            window = attribution.window_from_manifest(trace, run_dir)
-        else:  # SERVERS.md §5.2: the window where every request decodes, steps counted inside it
-            decode = attribution.decode_window_from_run(trace, run_dir)
-            window, decode_steps = decode.window, decode.steps
+        # the window and the steps counted for it, as `trace summary --manifest` reads them too:
+        # decode (SERVERS.md §5.2, steps from the request records), level (the counters), steps
+        marker = spec.profiler.step_marker if spec else None
+        level = attribution.run_window(trace, run_dir, spec.profiler.window if spec else "decode",
+                                       counters=decode_steps, step_marker=marker)
         table: Any = None
         if spec and spec.kernel_classes:
             file = campaign.class_file(spec)
             table = classes.load_class_file(file) if file else spec.kernel_classes
-        steps = int(decode_steps) if pd.notna(decode_steps) and decode_steps else None
-        summary = attribution.summarize(trace, window=window, classes=table, steps=steps)
+        summary = attribution.summarize(trace, window=level.window, classes=table, steps=level.count,
+                                        step_marker=marker)
     except Exception as exc:  # noqa: BLE001 - a bad trace is a result for the page, not a crash
         return None, f"{run.label}: trace {path} could not be attributed: {exc}"
     out = {

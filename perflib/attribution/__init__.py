@@ -2,7 +2,10 @@
 
 - `windows`: a `Window` on the trace's clock, from ns, a marker, step markers or a run folder's
   level (its clocks) and decode window (SERVERS.md §5.2).
-- `steps`: step boundaries from step markers or the dispatch rhythm.
+- `steps`: the step source order (what the trace marks, a count from outside it, the rhythm).
+- `markers`: steps from the ranges a trace marks (engine annotations, `ProfilerStep#N`, named ones).
+- `rhythm`: steps from the dispatch rhythm (the step's period, not the layer's).
+- `level`: a run folder's window and step count, as the campaign page reads them.
 - `summary`: `summarize(trace, window, classes, steps)` → `TraceSummary` (GPU busy, host gaps by
   size, largest gaps, per-step figures, time by kernel and by kernel class).
 - `codes`: kinds and kernel names of a dispatch table as integer codes.
@@ -10,7 +13,15 @@
 The interval union they stand on is `perflib.intervals`.
 """
 
-from perflib.attribution.steps import MIN_STEPS, StepSplit, find_steps
+from perflib.attribution.level import LevelWindow, manifest_window, run_window
+from perflib.attribution.markers import (
+    ENGINE_FAMILIES,
+    StepFamily,
+    marked_steps,
+    window_from_step_annotations,
+)
+from perflib.attribution.rhythm import MIN_STEPS
+from perflib.attribution.steps import StepCount, StepSplit, find_steps
 from perflib.attribution.summary import GAP_BUCKETS, TraceSummary, busy_ns, gap_buckets, summarize
 from perflib.attribution.windows import (
     DEFAULT_STEP_MARKER,
@@ -27,8 +38,9 @@ from perflib.attribution.windows import (
 )
 
 __all__ = [
-    "DEFAULT_STEP_MARKER", "GAP_BUCKETS", "MIN_STEPS", "DecodeWindow", "StepSplit", "TraceSummary", "Window",
-    "busy_ns", "decode_window_from_run", "find_steps", "gap_buckets", "parse_window", "summarize", "trace_span",
+    "DEFAULT_STEP_MARKER", "ENGINE_FAMILIES", "GAP_BUCKETS", "MIN_STEPS", "DecodeWindow", "LevelWindow", "StepCount",
+    "StepFamily", "StepSplit", "TraceSummary", "Window", "busy_ns", "decode_window_from_run", "find_steps",
+    "gap_buckets", "manifest_window", "marked_steps", "parse_window", "run_window", "summarize", "trace_span",
     "window_from_clocks", "window_from_manifest", "window_from_marker", "window_from_range",
-    "window_from_step_markers",
+    "window_from_step_annotations", "window_from_step_markers",
 ]

@@ -17,7 +17,7 @@ import pandas as pd
 
 from perflib import classes as class_mod
 from perflib.attribution.codes import kernel_codes, kind_codes
-from perflib.attribution.steps import StepSplit, find_steps
+from perflib.attribution.steps import StepCount, StepSplit, find_steps
 from perflib.attribution.windows import Window, dispatches_of, empty_window_error, trace_span
 from perflib.intervals import union_intervals
 
@@ -237,18 +237,21 @@ def summarize(
     trace: Any,
     window: Window | None = None,
     classes: Any = None,
-    steps: int | str | None = None,
+    steps: int | str | StepCount | None = None,
     top: int = 10,
+    step_marker: str | None = None,
 ) -> TraceSummary:
     """Attribute one window of a trace (a `Trace` or a bare dispatch table).
 
     window: a `Window` (default: the trace span, first GPU event start → last end).
     classes: a `perflib.classes.ClassTable`, a backend name, or None for `auto` (the built-in table that
       leaves the least kernel time in `other`).
-    steps: None → detect (markers named like `ProfilerStep#N`, else the dispatch rhythm; see
-      `_steps_from_rhythm`); an int → the step count from counters (Δdecode_steps), no boundaries;
-      a str → a regex for the step markers.
+    steps: the step source order of `perflib.attribution.steps` (the trace's step ranges, a count from
+      outside the trace, the dispatch rhythm): None → that order; a `StepCount` → the count of source 2
+      (request records, counters), used where the trace marks no steps; an int → that count outright,
+      no boundaries (method `given`); a str → a regex for step ranges tried before the engines' own.
     top: how many largest gaps, and how many kernels `to_dict()` lists.
+    step_marker: the campaign's `profiler.step_marker`, a regex for step ranges tried first.
     Dispatch time in the kernel and class tables is clipped to the window; `share` is of the summed
     kernel time (which exceeds busy where dispatches overlap).
     """
@@ -267,7 +270,7 @@ def summarize(
     ender = np.append(first, -1)  # the dispatch that ends each gap; -1 = trailing ("tail")
 
     largest = _largest_gaps(gap_starts - w0, gap_len, ender, codes, names, top)
-    split = find_steps(trace, dispatches, steps, codes, names, s, e, window)
+    split = find_steps(trace, steps, codes, names, s, e, window, step_marker)
     step_table = _step_table(split, gs, ge, s)
     step_count = None if split is None else (split.count if split.count is not None else len(step_table))
     step_method = None if split is None else split.method

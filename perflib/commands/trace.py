@@ -30,15 +30,17 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     win.add_argument("--window", metavar="START:END", help=WINDOW_HELP)
     win.add_argument("--marker", metavar="NAME", help="window = the roctx/NVTX/annotation range with this exact name "
                      "(several with that name: from the first start to the last end; NAME@I picks the I-th, 0-based)")
-    win.add_argument("--manifest", metavar="FILE", help="window = the sweep level of this run folder or manifest.json "
-                     "(its recorded clocks, aligned to the trace clock)")
+    win.add_argument("--manifest", metavar="FILE", help="window = what the campaign page reads for this run folder "
+                     "(or its manifest.json): the decode window, steps from its request records, where the "
+                     "records give one; else the level (its recorded clocks, aligned to the trace clock)")
     p.add_argument("--classes", metavar="FILE", help="YAML class table whose rules go in front of the built-in one")
     p.add_argument("--backend", metavar="NAME", default="auto",
                    help="built-in class table (mlx-rocm, pytorch-cuda, pytorch-rocm, llamacpp-cuda, llamacpp-rocm) "
                    "or auto: the one that leaves the least kernel time unclassified (default)")
     p.add_argument("--steps", metavar="N|REGEX",
-                   help="step count from counters (integer), or a regex for the step markers; default: "
-                   "ProfilerStep#N markers, else detect the step rhythm from the dispatches")
+                   help="a step count (integer) used outright, or a regex for the ranges that mark one step each, "
+                   "tried first; default: the engine's step annotations (SGLang step[...], vLLM execute_...), "
+                   "ProfilerStep#N, the run's request records (--manifest), else the dispatch rhythm")
     p.add_argument("--top", metavar="N", type=int, default=10, help="kernels and largest gaps to list (default 10)")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of tables")
     p.set_defaults(func=run_summary)
@@ -90,20 +92,22 @@ def _read(path: str, pre: object):  # -> Trace; pre: prefetch.Prefetch | None
     return read_trace(path)
 
 
-def _window(args: argparse.Namespace, trace: object):  # -> Window | None
+def _window(args: argparse.Namespace, trace: object):  # -> tuple[Window | None, StepCount | None]
+    """The window asked for, and the steps counted for it outside the trace (`--manifest` only)."""
     from perflib import attribution
 
+    if args.manifest:
+        level = attribution.manifest_window(trace, args.manifest)
+        return level.window, level.count
     if args.window:
-        return attribution.parse_window(args.window, trace.dispatches)
+        return attribution.parse_window(args.window, trace.dispatches), None
     if args.marker:
         name, index = args.marker, None
         if "@" in name and name.rsplit("@", 1)[1].lstrip("-").isdigit():
             name, raw = name.rsplit("@", 1)
             index = int(raw)
-        return attribution.window_from_marker(trace.markers, name, index)
-    if args.manifest:
-        return attribution.window_from_manifest(trace, args.manifest)
-    return None
+        return attribution.window_from_marker(trace.markers, name, index), None
+    return None, None
 
 
 def run_summary(args: argparse.Namespace) -> int:
@@ -118,12 +122,12 @@ def run_summary(args: argparse.Namespace) -> int:
     from perflib import attribution, classes
 
     trace = _read(args.path, pre)
-    window = _window(args, trace)
+    window, counted = _window(args, trace)
     if args.classes:
         table = classes.load_class_file(args.classes, None if args.backend == "auto" else args.backend)
     else:
         table = args.backend
-    steps: int | str | None = None
+    steps = counted  # the page's order: the trace's step ranges, then this count, then the rhythm
     if args.steps is not None:
         steps = int(args.steps) if args.steps.isdigit() else args.steps
     summary = attribution.summarize(trace, window=window, classes=table, steps=steps, top=args.top)
@@ -203,11 +207,11 @@ def format_summary(summary, trace) -> str:  # noqa: ANN001 - TraceSummary, Trace
     ]
     if s.steps:
         lines.append(
-            f"steps    {s.steps} ({s.step_method})   per step: busy {_f(s.busy_ms_per_step, unit=' ms')}   "
+            f"steps    {s.steps}, steps from {s.step_method}   per step: busy {_f(s.busy_ms_per_step, unit=' ms')}   "
             f"gap {_f(s.gap_ms_per_step, unit=' ms')}   dispatches {_f(s.dispatches_per_step, '{:.1f}')}"
         )
     else:
-        lines.append("steps    n/a (no step markers and no step rhythm found; pass --steps N)")
+        lines.append("steps    n/a (no step ranges, no request records and no step rhythm found; pass --steps N)")
     lines += ["", "host gaps by size"]
     lines.append(tabulate(
         [[r.bucket, r.count, f"{r.gap_ms:.3f}", f"{100 * r.gap_ms / s.gap_ms:.1f}" if s.gap_ms > 0 else "n/a"]

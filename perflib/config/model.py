@@ -7,6 +7,7 @@ YAML key of the same name unless it says `read=False`; its type is what the key 
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -47,6 +48,17 @@ class ModelSpec:
     random: dict[str, Any] = field(default_factory=dict)
 
 
+def regex_check(text: str) -> str | None:
+    """A `key(check=...)`: None for a regular expression that compiles, else what was expected."""
+    if text is None:
+        return None
+    try:
+        re.compile(text)
+    except re.error as exc:
+        return f"a regular expression (Python `re`) matching the step ranges' names; it does not compile: {exc}"
+    return None
+
+
 @dataclass(frozen=True)
 class ProfilerSpec:
     """Which profiler captures the server (`perflib.server.profilers`), its own options, and where the
@@ -55,6 +67,9 @@ class ProfilerSpec:
     kind: str = field(default="none", metadata=key(choices=PROFILER_KINDS))
     output: str | None = None
     window: str = field(default="decode", metadata=key(choices=WINDOWS))
+    step_marker: str | None = field(default=None, metadata=key(check=regex_check))
+    """A regex for the NVTX / roctx / annotation ranges that mark one step each, tried before the
+    engines' own (`perflib.attribution.markers`)."""
     binary: str | None = None
     """The profiler program (`rocprofv3`, `nsys`) where it is not on PATH under its own name."""
     args: tuple[str, ...] = ()

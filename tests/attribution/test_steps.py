@@ -17,7 +17,7 @@ def test_step_rhythm_found_with_jitter_and_prefill(seed: int) -> None:
     frame, truth = decode_trace(steps=n_steps, seed=seed)
     s = attr.summarize(frame, classes="mlx-rocm", top=5)
     assert s.steps == n_steps
-    assert s.step_method.startswith("kernel period: gather_rows_kernel")
+    assert s.step_method == f"dispatch rhythm (period {truth['per_step']} dispatches, opened by gather_rows_kernel)"
     table = s.step_table
     assert table["start_ns"].tolist() == truth["starts"]
     assert table["end_ns"].tolist() == truth["ends"]
@@ -44,7 +44,7 @@ def test_step_gap_split_when_no_kernel_repeats() -> None:
             t += 50_000 + int(rng.integers(1000, 9000))
     s = attr.summarize(dispatch_frame(rows), classes="mlx-rocm")
     assert s.steps == 12
-    assert s.step_method.startswith("gap split")
+    assert s.step_method.startswith("dispatch rhythm (gap split")
     assert s.step_table["start_ns"].tolist() == starts
 
 
@@ -69,7 +69,7 @@ def test_steps_given_from_counters_and_markers() -> None:
         }
     ))
     s = attr.summarize(trace, classes="mlx-rocm")
-    assert s.steps == 4 and s.step_method.startswith("gpu markers")
+    assert s.steps == 4 and s.step_method == "ProfilerStep# markers (GPU ranges)"
     assert s.step_table["start_ns"].tolist() == bounds[:4]
     assert (s.step_table["busy_ms"] + s.step_table["gap_ms"]).to_numpy() == pytest.approx([10.0] * 4)
 
@@ -96,7 +96,7 @@ def test_profiler_steps_of_a_real_kineto_trace() -> None:
     assert int(steps.loc[steps["name"] == "ProfilerStep#2", "start_ns"].min()) > last_gpu_end
     s = attr.summarize(trace, classes="pytorch-rocm")
     assert s.steps == 1
-    assert s.step_method.startswith("gpu markers")
+    assert s.step_method == "ProfilerStep# markers (GPU ranges)"
     gpu1 = steps[(steps["name"] == "ProfilerStep#1") & (steps["domain"] == "gpu_user_annotation")].iloc[0]
     first = s.step_table.iloc[0]
     assert first["start_ns"] == max(int(gpu1["start_ns"]), s.window.start_ns)
@@ -125,7 +125,7 @@ def test_h200_kineto_traces_steps_and_level_clocks() -> None:
         trace = read_trace(folder / entry["file"])
         s = attr.summarize(trace)
         assert s.steps == entry["decode_steps"], entry["file"]
-        assert s.step_method.startswith("gpu markers")
+        assert s.step_method == "ProfilerStep# markers (GPU ranges)"
         assert s.class_table == "pytorch-cuda"
         level = attr.window_from_clocks(trace, entry["clocks"], entry["file"])
         assert "realtime" in level.label

@@ -75,7 +75,7 @@ def test_marker_window_on_kineto() -> None:
     marker = read_trace(path).markers.query("name == 'ProfilerStep#100'").iloc[0]
     out = summary_json(str(path), "--marker", "ProfilerStep#100")
     assert out["window"]["start_ns"] == int(marker["start_ns"]) and out["window"]["end_ns"] == int(marker["end_ns"])
-    assert out["steps"] == 1 and out["step_method"].startswith("host markers")
+    assert out["steps"] == 1 and out["step_method"] == "ProfilerStep# markers (host ranges, on the kernels they launched)"
 
 
 def test_empty_window_and_missing_marker_exit_2_with_one_line() -> None:

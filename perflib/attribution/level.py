@@ -1,0 +1,65 @@
+"""A run folder's window and step count, read the way the campaign page reads them.
+
+`profiler.window` of a campaign: `decode` (the default) is the SERVERS.md §5.2 window where every
+request decodes, with its steps counted from the request records; `level` is the level's clocks, with
+the server's counters' step count where given; `steps` is the span of the trace's step ranges (a
+trace-only capture). `trace summary --manifest` reads a run folder as a `decode` campaign does, so its
+steps and per-step figures are the page's.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from perflib import rundir
+from perflib.attribution.markers import window_from_step_annotations
+from perflib.attribution.steps import StepCount
+from perflib.attribution.windows import Window, decode_window_from_run, window_from_manifest
+from perflib.errors import PerflibError
+
+RECORDS = "request records (decode window)"
+COUNTERS = "server counters (level window)"
+
+
+@dataclass(frozen=True)
+class LevelWindow:
+    """The window to attribute and the steps counted for it outside the trace (None: none counted)."""
+
+    window: Window
+    count: StepCount | None
+
+
+def _count(value: Any, source: str) -> StepCount | None:
+    try:
+        count = int(value)
+    except (TypeError, ValueError):
+        return None
+    return StepCount(count, source) if count > 0 else None
+
+
+def run_window(trace: Any, run_dir: str | Path | None, mode: str = "decode", counters: Any = None,
+               step_marker: str | None = None) -> LevelWindow:
+    """The window of a run folder for `profiler.window` = `mode` (see the module); a missing run folder
+    or manifest reads as `steps`. `counters`: the level's Δdecode_steps, used by `level`."""
+    if mode == "steps" or run_dir is None or not (Path(run_dir) / rundir.MANIFEST).is_file():
+        return LevelWindow(window_from_step_annotations(trace, step_marker), None)
+    if mode == "level":
+        return LevelWindow(window_from_manifest(trace, run_dir), _count(counters, COUNTERS))
+    decode = decode_window_from_run(trace, run_dir)
+    return LevelWindow(decode.window, _count(decode.steps, RECORDS))
+
+
+def manifest_window(trace: Any, path: str | Path) -> LevelWindow:
+    """`trace summary --manifest PATH` (a run folder or its manifest.json): the decode window and its
+    request-record steps where the folder has request records that give one, as a campaign's page
+    reads it; else the level window from the manifest's clocks, with no count."""
+    path = Path(path)
+    run_dir = path if path.is_dir() else path.parent
+    if (run_dir / rundir.REQUESTS).is_file():
+        try:
+            return run_window(trace, run_dir, "decode")
+        except PerflibError:  # no window with every request decoding: the level is all there is
+            pass
+    return LevelWindow(window_from_manifest(trace, path), None)
