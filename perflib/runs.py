@@ -301,8 +301,9 @@ def level_rows(summaries: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
     """One row per (batch, context): each figure's median over repeats with its min and max.
 
     Keys per figure `f`: `f` (median), `f_min`, `f_max` (None where no repeat has it), plus
-    `repeats`, `complete` (repeats whose run is complete), `counters` (`ok` or `no /metrics`)
-    and `prefill_chunks_absent` (the server has no such counter).
+    `repeats`, `complete` (repeats whose run is complete), `contended` (complete repeats whose level
+    saw other processes' CPU above the threshold), `counters` (`ok` or `no /metrics`) and
+    `prefill_chunks_absent` (the server has no such counter).
     """
     groups: dict[tuple[int, int], list[Mapping[str, Any]]] = {}
     for s in summaries:
@@ -310,7 +311,9 @@ def level_rows(summaries: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
     rows = []
     for (batch, context), runs in sorted(groups.items()):
         row: dict[str, Any] = {"batch": batch, "context": context, "repeats": len(runs),
-                               "complete": sum(1 for s in runs if s.get("status") == rundir.COMPLETE)}
+                               "complete": sum(1 for s in runs if s.get("status") == rundir.COMPLETE),
+                               "contended": sum(1 for s in runs if s.get("status") == rundir.COMPLETE
+                                                and s.get("contended"))}
         for key in LEVEL_FIGURES:
             values = [s[key] for s in runs if s.get(key) is not None]
             row[key] = statistics.median(values) if values else None

@@ -244,7 +244,8 @@ class SweepResult:
 
 
 def _run_plan(plan: list[tuple[int, int, int]], base_url: str, decode_tokens: int, out: Path, endpoint: str,
-              dialect: str, handle: Any, timeout: float, progress: bool, result: SweepResult) -> None:
+              dialect: str, handle: Any, timeout: float, progress: bool, result: SweepResult,
+              contention: bool = True, contention_threshold: float = load.CPU_THRESHOLD) -> None:
     """Every (batch, context, repeat) of the plan in turn; stops at a server that cannot be reached or
     that perflib started and that died, after the level's folder was marked incomplete."""
     from tqdm import tqdm
@@ -254,8 +255,12 @@ def _run_plan(plan: list[tuple[int, int, int]], base_url: str, decode_tokens: in
         for batch, context, repeat in plan:
             bar.set_description(rundir.run_name(batch, context, repeat))
             res = run_level(base_url, batch, context, decode_tokens, repeat, out, endpoint=endpoint,
-                            dialect=dialect, server=handle, timeout=timeout)
+                            dialect=dialect, server=handle, timeout=timeout, contention=contention,
+                            contention_threshold=contention_threshold)
             result.results.append(res)
+            if progress and res.summary.get("contended") and not res.skipped:
+                tqdm.write(f"perflib: {res.run_dir.name} contended: {res.summary.get('contention_why')}",
+                           file=sys.stderr)
             result.runs.append(res.summary)
             bar.update(1)
             if res.unreachable:
@@ -301,6 +306,8 @@ def sweep(
     threads: int | None = None,
     progress: bool = True,
     timeout: float = 600.0,
+    contention: bool = True,
+    contention_threshold: float = load.CPU_THRESHOLD,
 ) -> SweepResult:
     """Every (batch, context, repeat) as a run folder under `out_dir`, then one row per level.
 
@@ -326,7 +333,8 @@ def sweep(
     assert base_url is not None
     plan = [(b, c, r) for b in batches for c in contexts for r in range(1, repeats + 1)]
     try:
-        _run_plan(plan, base_url, decode_tokens, out, endpoint, dialect, handle, timeout, progress, result)
+        _run_plan(plan, base_url, decode_tokens, out, endpoint, dialect, handle, timeout, progress, result,
+                  contention, contention_threshold)
     finally:
         if handle is not None:
             handle.stop()

@@ -18,7 +18,7 @@ from typing import Any
 
 import pandas as pd
 
-from perflib import derive, sweep
+from perflib import derive, load, sweep
 from perflib.campaign.validate import load_campaign
 from perflib.config import Campaign, RunSpec
 from perflib.errors import PerflibError
@@ -44,8 +44,12 @@ class StartedServer:
 def collect_run(campaign_file: str | Path, arm: str, backend: str, batch: int, context: int, repeat: int,
                 base_url: str, data_dir: str | Path | None = None, server_flags: Sequence[str] | None = None,
                 server_log: str | None = None, server_version: str | None = None,
-                server_identity: dict[str, Any] | None = None) -> Path:
+                server_identity: dict[str, Any] | None = None,
+                contention_threshold: float | None = load.CPU_THRESHOLD) -> Path:
     """Measure one run into its folder with `perflib.sweep.run_level`; returns the run folder.
+
+    `contention_threshold` (a share of one core; None: not sampled) is what other processes may use
+    during the level before the manifest marks it contended (`perflib.load.contention`).
 
     A server that does not answer leaves an incomplete manifest naming the URL and raises, so
     the runner records the failure and goes on.
@@ -57,7 +61,10 @@ def collect_run(campaign_file: str | Path, arm: str, backend: str, batch: int, c
     server = (StartedServer(tuple(server_flags), server_log, server_version, server_identity)
               if server_flags is not None else None)
     result = sweep.run_level(base_url, batch, context, campaign.decode_tokens, repeat, run.run_dir(data).parent,
-                             dialect=spec.dialect, server=server, campaign=campaign.name, arm=arm, backend=backend)
+                             dialect=spec.dialect, server=server, campaign=campaign.name, arm=arm, backend=backend,
+                             contention=contention_threshold is not None,
+                             contention_threshold=(load.CPU_THRESHOLD if contention_threshold is None
+                                                   else contention_threshold))
     if result.status != "complete":
         errors = "; ".join(result.errors) or "no error recorded"
         raise PerflibError(f"run {run.label} against {base_url} is incomplete: {errors}")
@@ -97,22 +104,8 @@ def find_kernel() -> str:
                        f"`{sys.executable} -m ipykernel install --user --name perflib`")
 
 
-def _quiet_kernel_manager() -> type:
-    """jupyter_client's kernel manager, but shutting a kernel down does not send it SIGINT first.
-
-    The stock shutdown interrupts the kernel before its shutdown_request, and an idle ipykernel logs
-    "[IPKernelApp] ERROR | KeyboardInterrupt caught in kernel" for it: an error line after a run that
-    completed. A finished notebook has nothing to interrupt, so the shutdown request alone is sent.
-    """
-    from jupyter_client.manager import AsyncKernelManager
-
-    class QuietShutdownKernelManager(AsyncKernelManager):
-        async def _async_interrupt_kernel(self) -> None:
-            if self.shutting_down:
-                return
-            await super()._async_interrupt_kernel()
-
-    return QuietShutdownKernelManager
+KERNEL_LOG_LEVEL = "--IPKernelApp.log_level=ERROR"
+"""The kernel logs errors only: no TCP warning per run."""
 
 
 def execute_notebook(notebook: Path, output: Path, parameters: dict, kernel_name: str, cwd: Path) -> str | None:
@@ -128,10 +121,16 @@ def execute_notebook(notebook: Path, output: Path, parameters: dict, kernel_name
     try:
         with _environment(env):
             papermill.execute_notebook(str(notebook), str(output), parameters=parameters, kernel_name=kernel_name,
-                                       progress_bar=False, cwd=str(cwd), kernel_manager_class=_quiet_kernel_manager(),
-                                       extra_arguments=["--IPKernelApp.log_level=ERROR"])  # no TCP warning per run
+                                       progress_bar=False, cwd=str(cwd), extra_arguments=[KERNEL_LOG_LEVEL])
     except PapermillExecutionError as exc:
         return f"{output}: cell {exc.cell_index} raised {exc.ename}: {exc.evalue}"
+    except KeyboardInterrupt:
+        # Ctrl-C leaves nbclient's cell task orphaned with the kernel it stopped; asyncio would print its
+        # DeadKernelError as a traceback at exit, after perflib's own "interrupted" line.
+        import logging
+
+        logging.getLogger("asyncio").setLevel(logging.CRITICAL)
+        raise
     return None
 
 

@@ -72,8 +72,12 @@ def _check_notebook_extras() -> None:
 def run_campaign(campaign: Campaign, data_dir: Path | None = None, reports_dir: Path | None = None,
                  guard: bool = False, only: dict[str, set[str]] | None = None, kernel_name: str | None = None,
                  progress: bool = True, write_page: bool = True, guard_idle_s: float = 90.0,
-                 max_attempts: int = 5, notebooks: Path = NOTEBOOKS) -> CampaignResult:
-    """Measure every incomplete run of the campaign, then derive the tables and write the page."""
+                 max_attempts: int = 5, notebooks: Path = NOTEBOOKS,
+                 contention_threshold: float | None = load.CPU_THRESHOLD) -> CampaignResult:
+    """Measure every incomplete run of the campaign, then derive the tables and write the page.
+
+    `contention_threshold`: the share of a core that other processes may use during a level before the
+    run is redone (`CPU_ATTEMPTS`) and at last kept, marked contended; None samples nothing."""
     from tqdm import tqdm
 
     _check_notebook_extras()
@@ -95,6 +99,7 @@ def run_campaign(campaign: Campaign, data_dir: Path | None = None, reports_dir: 
             if error:
                 state.failed.append((run.label, error))
     gpu = GpuGuard(idle_s=guard_idle_s, log=log) if guard else None
+    how = _How(kernel, notebooks, gpu, max_attempts, contention_threshold)
     try:
         for (arm_name, backend_name), group in groups.items():
             arm, backend = campaign.arm(arm_name), campaign.backend(backend_name)
@@ -113,8 +118,7 @@ def run_campaign(campaign: Campaign, data_dir: Path | None = None, reports_dir: 
                 skipped += [r.label for r in group if r not in fresh]
                 state.bar.update(len(group) - len(fresh))
                 if fresh:
-                    _serve_group(campaign, arm, backend, fresh, data, kernel, notebooks, gpu, max_attempts, state,
-                                 ready, held, log)
+                    _serve_group(campaign, arm, backend, fresh, data, how, state, ready, held, log)
     finally:
         state.bar.close()
     page = report.write_report(campaign, data_dir=data, reports_dir=reports_dir) if write_page else None
@@ -153,9 +157,19 @@ def _prepare_all(campaign: Campaign, groups: dict[tuple[str, str], list[RunSpec]
     return out
 
 
+@dataclass(frozen=True)
+class _How:
+    """How each run is measured: the kernel and notebooks, the GPU guard, attempts, the CPU threshold."""
+
+    kernel: str
+    notebooks: Path
+    gpu: GpuGuard | None
+    max_attempts: int
+    contention_threshold: float | None
+
+
 def _serve_group(campaign: Campaign, arm: ArmSpec, backend: BackendSpec, group: list[RunSpec], data: Path,
-                 kernel: str, notebooks: Path, gpu: GpuGuard | None, max_attempts: int, state: _Progress,
-                 prepared: Prepared | None, held: claims.Claim, log: Any) -> None:
+                 how: _How, state: _Progress, prepared: Prepared | None, held: claims.Claim, log: Any) -> None:
     """Long: start the (arm, backend) server, measure its runs (starting it again where it died),
     stop it (also on Ctrl-C), then cut its capture into the runs and profile them."""
     served = ServedArm(campaign, arm, backend, data, prepared, log=log)
@@ -177,10 +191,10 @@ def _serve_group(campaign: Campaign, arm: ArmSpec, backend: BackendSpec, group: 
                     state.fail(rest, data, f"server for {arm.name}/{backend.name} could not be started again: {exc}")
                 current = None
                 break
-            if gpu is not None and served.current and served.current.handle:
-                gpu.own_roots.add(served.current.handle.process.pid)
+            if how.gpu is not None and served.current and served.current.handle:
+                how.gpu.own_roots.add(served.current.handle.process.pid)
             state.bar.set_postfix_str(run.label)
-            error = _measure(campaign, run, data, served, kernel, notebooks, gpu, max_attempts, state.contended)
+            error = _measure(campaign, run, data, served, how, state.contended)
             died = served.died()
             if died and (error or not rundir.is_complete(run.run_dir(data))):
                 rundir.mark_incomplete(run.run_dir(data), run.manifest_keys(), f"during this run the {died}")
@@ -200,18 +214,18 @@ def _serve_group(campaign: Campaign, arm: ArmSpec, backend: BackendSpec, group: 
         raise
     finally:
         served.__exit__(*sys.exc_info())
-        _collect(campaign, served, measured, data, kernel, notebooks, state, log)
+        _collect(campaign, served, measured, data, how.kernel, how.notebooks, state, log)
 
 
-def _measure(campaign: Campaign, run: RunSpec, data: Path, served: ServedArm, kernel: str, notebooks: Path,
-             gpu: GpuGuard | None, max_attempts: int, contended: list[str]) -> str | None:
+def _measure(campaign: Campaign, run: RunSpec, data: Path, served: ServedArm, how: _How,
+             contended: list[str]) -> str | None:
     """One run through the collect notebook, a PyTorch profiler toggled around it; the error or None."""
     try:
         before = served.begin_run(run)
     except PerflibError as exc:
         return f"profiler start failed: {exc}"
     params = {"base_url": served.base_url, **served.server_params()}
-    error = _one_run(campaign, run, data, params, kernel, notebooks, gpu, max_attempts, contended)
+    error = _one_run(campaign, run, data, params, how, contended)
     try:
         trace_error = served.end_run(run, before) if served.alive() else None
     except PerflibError as exc:
@@ -247,8 +261,8 @@ def _collect(campaign: Campaign, served: ServedArm, measured: list[RunSpec], dat
                 state.failed.append((run.label, error))
 
 
-def _one_run(campaign: Campaign, run: RunSpec, data: Path, server_params: dict[str, Any], kernel: str,
-             notebooks: Path, gpu: GpuGuard | None, max_attempts: int, contended: list[str]) -> str | None:
+def _one_run(campaign: Campaign, run: RunSpec, data: Path, server_params: dict[str, Any], how: _How,
+             contended: list[str]) -> str | None:
     """Measure one run (redoing contended attempts under the guard); returns the error or None.
 
     The executed notebook is written beside the run folder while it runs (run_level moves an
@@ -256,7 +270,9 @@ def _one_run(campaign: Campaign, run: RunSpec, data: Path, server_params: dict[s
     """
     run_dir = run.run_dir(data)
     params = {"campaign_file": str(campaign.path), "arm": run.arm, "backend": run.backend, "batch": run.batch,
-              "context": run.context, "repeat": run.repeat, "data_dir": str(data), **server_params}
+              "context": run.context, "repeat": run.repeat, "data_dir": str(data),
+              "contention_threshold": how.contention_threshold, **server_params}
+    kernel, notebooks, gpu, max_attempts = how.kernel, how.notebooks, how.gpu, how.max_attempts
     scratch = run_dir.parent / f".{run_dir.name}.collect.ipynb"
     for attempt in range(1, max_attempts + 1):
         if gpu is not None:

@@ -36,6 +36,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     run_p.add_argument("--kernel", help="Jupyter kernel for papermill (default: one that runs this Python; "
                                         "register with `python -m ipykernel install --user --name perflib`)")
     run_p.add_argument("--no-report", action="store_true", help="measure only; do not derive or write the page")
+    contention_flags(run_p, "redone (3 attempts), then kept and marked contended; the page leaves it out of medians")
     run_p.set_defaults(func=run)
 
     report_p = sub.add_parser("report", help="rebuild data/derived and the page from data/raw (no server)")
@@ -50,6 +51,33 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     check_p.add_argument("file")
     check_p.add_argument("--json", action="store_true")
     check_p.set_defaults(func=validate)
+
+
+CPU_THRESHOLD = 0.25
+"""`perflib.load.CPU_THRESHOLD`, written here so that `--help` does not import the load client (a test
+keeps the two equal)."""
+
+
+def contention_flags(p: argparse.ArgumentParser, what: str) -> None:
+    """`--contention-threshold` and `--no-contention`, shared by `campaign run` and `sweep`."""
+    p.add_argument("--contention-threshold", type=_share, default=CPU_THRESHOLD, metavar="SHARE",
+                   help=f"share of this machine's CPU capacity (0-1) that other processes may use while a level "
+                        f"runs (default {CPU_THRESHOLD}: half a core on 2 cores); a level above it, or with steal "
+                        f"above 10%%, is {what}")
+    p.add_argument("--no-contention", action="store_true",
+                   help="do not sample other processes (the manifest says so); for a machine you know is quiet")
+
+
+def _share(text: str) -> float:
+    import math
+
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a share of the CPU like 0.25, got {text!r}") from None
+    if not math.isfinite(value) or not 0 < value <= 1:
+        raise argparse.ArgumentTypeError(f"expected a share of the CPU above 0 and at most 1, got {text!r}")
+    return value
 
 
 def _load(args: argparse.Namespace):
@@ -90,7 +118,8 @@ def run(args: argparse.Namespace) -> int:
 
     campaign = _load(args)
     result = run_campaign(campaign, guard=args.guard, only=parse_only(args.only), kernel_name=args.kernel,
-                          progress=True, write_page=not args.no_report, guard_idle_s=args.guard_idle_s)
+                          progress=True, write_page=not args.no_report, guard_idle_s=args.guard_idle_s,
+                          contention_threshold=None if args.no_contention else args.contention_threshold)
     if args.json:
         print(json.dumps({"campaign": campaign.name, "done": list(result.done), "skipped": list(result.skipped),
                           "failed": [{"run": r, "error": e} for r, e in result.failed],

@@ -39,14 +39,20 @@ def _cell(row: Mapping[str, Any], key: str, fmt: str) -> str:
     return text
 
 
+def _complete(row: Mapping[str, Any]) -> str:
+    text = f"{row['complete']}/{row['repeats']}"
+    return text + f" ({row['contended']} contended)" if row.get("contended") else text
+
+
 def format_level_table(rows: Sequence[Mapping[str, Any]]) -> str:
     """The per-level table: medians over repeats with (min–max), units in the headers."""
     from tabulate import tabulate
 
     headers = ["batch", "context (tokens)", "runs complete", *(f[1] for f in TABLE_FIGURES)]
-    body = [[row["batch"], row["context"], f"{row['complete']}/{row['repeats']}",
+    body = [[row["batch"], row["context"], _complete(row),
              *(_cell(row, key, fmt) for key, _, fmt in TABLE_FIGURES)] for row in rows]
-    note = ("medians over repeats, (min–max) where they differ; step, counters = Δtokens_predicted_seconds / "
+    note = ("medians over repeats, (min–max) where they differ; contended = other processes used more CPU "
+            "than --contention-threshold during the level (its manifest says what); step, counters = Δtokens_predicted_seconds / "
             "Δdecode tokens from /metrics; steady step, client = median ITL while all requests decode; "
             "own-step share = median over requests of (n−1) × steady step / decode window")
     return tabulate(body, headers=headers, tablefmt="simple", disable_numparse=True) + "\n" + note
@@ -92,6 +98,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--threads", type=int, help="llama-server --threads for --start-server")
     parser.add_argument("--timeout", type=float, default=600.0, help="per-request read timeout in s (default 600)")
     parser.add_argument("--json", action="store_true", help="print one JSON object with the per-level rows")
+    from perflib.commands.campaign import contention_flags
+
+    contention_flags(parser, "kept, and marked contended in its manifest and in this table")
     parser.set_defaults(func=run)
 
 
@@ -105,6 +114,7 @@ def run(args: argparse.Namespace) -> int:
         args.base_url, args.batch, args.context, args.decode_tokens, args.repeats, args.out,
         endpoint=args.endpoint, dialect=args.dialect, start_server=args.start_server, model=args.model,
         threads=args.threads, progress=True, timeout=args.timeout,
+        contention=not args.no_contention, contention_threshold=args.contention_threshold,
     )
     incomplete = [str(r.run_dir) for r in result.results if r.status != "complete"]
     if args.json:
