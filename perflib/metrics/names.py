@@ -35,14 +35,17 @@ class MetricName:
     by_label: str | None = None
     agg: Literal["sum", "mean"] = "sum"
     sampled: bool = False
+    unit: str | None = None
+    """"fraction or percent": servers write it either way, and `values_for` gives a fraction."""
 
 
 def _c(canonical: str, *names: str, by_label: str | None = None) -> MetricName:
     return MetricName(canonical, names, "counter", by_label=by_label)
 
 
-def _g(canonical: str, *names: str, agg: Literal["sum", "mean"] = "sum", sampled: bool = True) -> MetricName:
-    return MetricName(canonical, names, "gauge", agg=agg, sampled=sampled)
+def _g(canonical: str, *names: str, agg: Literal["sum", "mean"] = "sum", sampled: bool = True,
+       unit: str | None = None) -> MetricName:
+    return MetricName(canonical, names, "gauge", agg=agg, sampled=sampled, unit=unit)
 
 
 def _h(canonical: str, *names: str) -> MetricName:
@@ -142,12 +145,13 @@ _SGLANG: tuple[MetricName, ...] = (
     _h("time_to_first_token", "sglang:time_to_first_token_seconds"),
     _h("inter_token_latency", "sglang:inter_token_latency_seconds", "sglang:time_per_output_token_seconds"),
     _h("e2e_request_latency", "sglang:e2e_request_latency_seconds"),
-    _g("num_running_reqs", "sglang:num_running_reqs"),
-    _g("num_queue_reqs", "sglang:num_queue_reqs"),
+    # SGLang up to 0.3 named the two scheduler gauges like vLLM's
+    _g("num_running_reqs", "sglang:num_running_reqs", "sglang:num_requests_running"),
+    _g("num_queue_reqs", "sglang:num_queue_reqs", "sglang:num_requests_waiting"),
     _g("num_used_tokens", "sglang:num_used_tokens"),
     _g("kv_cache_usage", "sglang:token_usage", agg="mean"),
     _g("gen_throughput", "sglang:gen_throughput"),
-    _g("cache_hit_rate", "sglang:cache_hit_rate", agg="mean"),
+    _g("cache_hit_rate", "sglang:cache_hit_rate", agg="mean", unit="fraction or percent"),
 )
 
 NAME_TABLES: dict[str, tuple[MetricName, ...]] = {
@@ -175,7 +179,7 @@ def sample_part(spec: MetricName, server_name: str, sample_name: str) -> str | N
     return None
 
 
-def values_for(spec: MetricName, server_name: str, samples: Iterable[Sample]) -> dict[str, float]:
+def values_for(spec: MetricName, server_name: str, samples: Sequence[Sample]) -> dict[str, float]:
     """Canonical key -> value for one metric under one server name (labels summed, or averaged)."""
     parts: dict[str, list[float]] = {}
     by_label: dict[str, float] = {}
@@ -192,7 +196,20 @@ def values_for(spec: MetricName, server_name: str, samples: Iterable[Sample]) ->
                 by_label[labelled] = by_label.get(labelled, 0.0) + s.value
     out = {k: (sum(v) / len(v) if spec.agg == "mean" else sum(v)) for k, v in parts.items()}
     out.update(by_label)
+    if spec.unit == "fraction or percent":
+        names = {s.name for s in samples}
+        out = {k: v / 100.0 if _percent(v, names) else v for k, v in out.items()}
     return out
+
+
+OLD_SGLANG = "sglang:num_requests_running"
+"""A name only SGLang up to 0.3 writes; those builds also write `cache_hit_rate` as a percent."""
+
+
+def _percent(value: float, names: Iterable[str]) -> bool:
+    """Whether a rate is a percent: the old build says so (SGLang <= 0.3 writes 10.61 for 10.61%), and a
+    value above 1 cannot be a fraction. A newer build's 0.0075 is a fraction (0.75%)."""
+    return value > 1.0 or OLD_SGLANG in names
 
 
 def present_name(spec: MetricName, samples: Sequence[Sample]) -> str | None:
