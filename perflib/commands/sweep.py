@@ -20,6 +20,36 @@ TABLE_FIGURES = (
 )
 """(summary key, header with unit, format) of each figure in the per-level table."""
 
+FIGURE_MEANING = {
+    "ok": "requests that completed without an error (count)",
+    "failed": "requests that did not; each record says why (count)",
+    "ttft_ms": "time to first token: first token-carrying SSE event - request sent, mean over requests (ms)",
+    "decode_tok_s": "per request (completion tokens - 1) / (stream end - first token), mean (tok/s)",
+    "aggregate_tok_s": "all completion tokens / (last stream end - first request sent) (tok/s)",
+    "decode_step_ms": "from /metrics: 1000 x Δtokens_predicted_seconds / Δdecode tokens, the decode step "
+                      "as one request sees it (ms); n/a without /metrics",
+    "steady_step_ms": "from the client: median inter-token time while all N requests decode (ms)",
+    "occupancy": "from /metrics: Δdecode tokens / Δdecode steps, rows advanced per step (slots)",
+    "prefill_chunks": "from /metrics: Δ prefill chunks during the level; absent where the server has none (count)",
+    "own_step_share": "median over requests of (n - 1) x steady step / decode window: the share of its "
+                      "decode window that a request's own steps explain (%)",
+}
+"""What each figure of the table means, for `--help` (LOADGEN.md and SERVERS.md §5 define them)."""
+
+
+def figures_help() -> str:
+    """The `--help` epilog: one line per column of the per-level table, with its unit."""
+    width = max(len(header) for _, header, _ in TABLE_FIGURES)
+    lines = ["what it prints, one row per (batch, context): medians over repeats, (min-max) where they",
+             "differ; 'runs complete' counts complete repeats and, in brackets, contended ones.",
+             "--json: the same figures under their keys (ttft_ms, ...), null where not computed."]
+    import textwrap
+
+    for key, header, _ in TABLE_FIGURES:
+        lines += textwrap.wrap(FIGURE_MEANING[key], 96, initial_indent=f"  {header:<{width}}  ",
+                               subsequent_indent=" " * (width + 4))
+    return "\n".join(lines)
+
 COUNTER_KEYS = frozenset({"decode_step_ms", "occupancy", "prefill_chunks"})
 
 
@@ -78,6 +108,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
             "with min-max. Run folders: OUT/b<batch>_c<context>_r<repeat>/ (docs/SCHEMA.md section 2); a "
             "complete one is never re-measured, an incomplete one is moved aside and re-measured."
         ),
+        epilog=figures_help(),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     where = parser.add_mutually_exclusive_group()
     where.add_argument("--base-url", help="URL of a running server, e.g. http://127.0.0.1:8080")

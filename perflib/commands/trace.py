@@ -5,6 +5,30 @@ from __future__ import annotations
 
 import argparse
 
+SUMMARY_FIGURES = """\
+what it prints (--json: the same figures under keys named with their unit, e.g. busy_ms,
+busy_share as a fraction; the window's bounds in ns on the trace's clock):
+  dispatches       kernels, copies and fills that overlap the window (count)
+  window           end - start of the window (ms)
+  GPU busy         union of the dispatch intervals clipped to the window: overlapping
+                   streams count once (ms)
+  host gap         window - GPU busy: time no GPU work ran (ms)
+  busy share       GPU busy / window (%)
+  steps            how many steps the window holds, and where that count came from
+                   (step annotations, request records, server counters, dispatch rhythm)
+  per step         GPU busy / steps, host gap / steps (ms) and dispatches / steps (count)
+  host gaps by size  gaps between consecutive busy intervals, bucketed by length:
+                   count, summed length (ms) and share of all host gap (%)
+  largest gaps     the longest gaps: where they start from the window start (ms), their
+                   length (ms) and the dispatch that ends each (the one the host waited for)
+  kernel classes   kernel time summed per class of the class table: time (ms), count,
+                   ms per step, share of all kernel time (%); kernel time counts each
+                   dispatch's own duration, so it can exceed GPU busy on several streams
+  top kernels      the same per kernel name
+  straddling       (JSON straddling_start) dispatches that began before the window: only
+                   their part inside it counts
+"""
+
 WINDOW_HELP = (
     "START:END in integer ns on the trace's own clock, or with a unit suffix (ns, us, ms, s) relative "
     "to the first GPU event, e.g. 100ms:250ms; either side may be empty"
@@ -24,6 +48,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
             "intervals clipped to the window; host gap = window - busy; gaps by size; per-step figures; "
             "time by kernel and by kernel class. Without a window option the window is the trace span."
         ),
+        epilog=SUMMARY_FIGURES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("path", metavar="PATH", help="trace file or rocprofv3 output directory")
     win = p.add_mutually_exclusive_group()

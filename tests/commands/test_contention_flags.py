@@ -35,3 +35,25 @@ def test_the_sweep_table_counts_contended_repeats():
     table = format_level_table([row])
     assert "3/3 (2 contended)" in table
     assert "3/3 (" not in format_level_table([{**row, "contended": 0}])
+
+
+def test_every_printed_figure_is_explained_with_its_unit_in_help(capsys):
+    """Issue 13: `--help` of sweep and trace summary explains each figure it prints, with its unit."""
+    import re
+
+    from perflib.commands.sweep import FIGURE_MEANING, TABLE_FIGURES
+
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["sweep", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    for key, header, _ in TABLE_FIGURES:
+        meaning = FIGURE_MEANING[key]
+        assert f"{header} {meaning}" in text, f"{header!r} not explained in sweep --help"
+        assert re.search(r"\((ms|tok/s|count|slots|%)\)", meaning), f"{header!r}: no unit in {meaning!r}"
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["trace", "summary", "--help"])
+    text = capsys.readouterr().out
+    for figure in ("GPU busy", "host gap", "busy share", "per step", "host gaps by size", "largest gaps",
+                   "kernel classes", "top kernels"):
+        assert any(ln.strip().startswith(figure) for ln in text.splitlines()), figure
+    assert "(ms)" in text and "(%)" in text and "(count)" in text
