@@ -17,8 +17,6 @@ complete, and only the manifests of folders whose cut was written are changed.
 
 from __future__ import annotations
 
-import os
-import tempfile
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -78,19 +76,10 @@ def existing_dispatches(path: Path) -> int | None:
 
 
 def _write_atomic(trace: Any, inside: Any, target: Path, start: int, end: int) -> Path:
-    """Write the cut to a temporary file beside `target`, fsync it, then rename it over `target`: a
-    failure at any point leaves `target` as it was and no temporary file behind."""
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
-    try:
-        os.fchmod(fd, 0o644)  # mkstemp makes it 0600; a run folder is meant to be shared
-        os.close(fd)
+    """Write the cut through `rundir.atomic_target`: a failure at any point leaves `target` as it
+    was and no temporary file behind."""
+    with rundir.atomic_target(target) as tmp:
         write_trace_parquet(replace(trace, dispatches=inside), tmp, start, end)
-        with open(tmp, "rb") as fh:
-            os.fsync(fh.fileno())
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
     return target
 
 

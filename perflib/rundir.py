@@ -14,13 +14,14 @@ nothing else: no HTTP, no parsing of what the files hold beyond JSON.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
 import re
 import stat
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -257,20 +258,30 @@ def write_json_atomic(path: Path | str, obj: Any) -> Path:
 def write_atomic(path: Path | str, data: str | bytes) -> Path:
     """Write text or bytes to a temp file beside `path`, fsync it, then rename it over `path`: a
     reader (another host's report, a crash) sees the old file or the new one, never half of one."""
+    with atomic_target(path) as tmp:
+        tmp.write_bytes(data.encode() if isinstance(data, str) else data)
+    return Path(path)
+
+
+@contextlib.contextmanager
+def atomic_target(path: Path | str) -> Iterator[Path]:
+    """A temp path beside `path` for a writer that needs a file name (pyarrow, matplotlib); once the
+    block ends it is fsynced and renamed over `path`. A failure leaves `path` as it was and no temp
+    file behind."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    fd, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    tmp = Path(name)
     try:
         os.fchmod(fd, 0o644)  # mkstemp makes it 0600; a run folder is meant to be shared
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data.encode() if isinstance(data, str) else data)
-            handle.flush()
+        os.close(fd)
+        yield tmp
+        with open(tmp, "rb") as handle:
             os.fsync(handle.fileno())
         os.replace(tmp, path)
     except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+        tmp.unlink(missing_ok=True)
         raise
-    return path
 
 
 def write_manifest(run: Path | str, manifest: Mapping[str, Any]) -> Path:
