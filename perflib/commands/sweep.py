@@ -6,6 +6,9 @@ import argparse
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from perflib.cli import float_arg, int_arg
+from perflib.commands.metrics import DIALECT_CHOICES
+
 TABLE_FIGURES = (
     ("ok", "ok", "{:.0f}"),
     ("failed", "failed", "{:.0f}"),
@@ -88,15 +91,17 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--batch", type=_int_list, required=True, help="concurrent requests per level, e.g. 1,4")
     parser.add_argument("--context", type=_int_list, required=True,
                         help="prompt tokens per request, e.g. 1024,8192 (measured with the server's /tokenize)")
-    parser.add_argument("--decode-tokens", type=int, default=128, help="tokens decoded per request (default 128)")
-    parser.add_argument("--repeats", type=int, default=3, help="runs per level (default 3)")
+    parser.add_argument("--decode-tokens", type=int_arg(1), default=128, help="tokens decoded per request (default 128)")
+    parser.add_argument("--repeats", type=int_arg(1), default=3, help="runs per level (default 3)")
     parser.add_argument("--out", required=True, help="output folder for the run folders")
     parser.add_argument("--endpoint", choices=("completions", "chat"), default="completions",
                         help="/v1/completions (default) or /v1/chat/completions")
-    parser.add_argument("--dialect", default="auto", help="/metrics dialect for perflib.metrics (default auto)")
+    parser.add_argument("--dialect", choices=DIALECT_CHOICES, default="auto",
+                        help="/metrics dialect for perflib.metrics (default auto: from the names present)")
     parser.add_argument("--model", help="GGUF for --start-server (default: the project's random-weight test model)")
-    parser.add_argument("--threads", type=int, help="llama-server --threads for --start-server")
-    parser.add_argument("--timeout", type=float, default=600.0, help="per-request read timeout in s (default 600)")
+    parser.add_argument("--threads", type=int_arg(1), help="llama-server --threads for --start-server")
+    parser.add_argument("--timeout", type=float_arg(0, above=True), default=600.0,
+                        help="per-request timeout in s, the whole request (default 600)")
     parser.add_argument("--json", action="store_true", help="print one JSON object with the per-level rows")
     from perflib.commands.campaign import contention_flags
 
