@@ -18,7 +18,7 @@ REFUSED = [
     (DIFF, "--process-start-before", "nan"),
     (SWEEP, "--repeats", "0"),
     (SWEEP, "--repeats", "-3"),
-    (SWEEP, "--decode-tokens", "0"),
+    (SWEEP, "--decode-tokens", "1"),
     (SWEEP, "--decode-tokens", "-1"),
     (SWEEP, "--timeout", "nan"),
     (SWEEP, "--timeout", "inf"),
