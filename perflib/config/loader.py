@@ -74,8 +74,9 @@ def _parse_yaml(path: Path) -> tuple[Any, Lines]:
     from perflib.rundir import read_text
 
     text = read_text(path, "a campaign YAML file", max_bytes=MAX_CAMPAIGN_BYTES) or ""
-    loader = yaml.SafeLoader(text)
+    loader = None
     try:
+        loader = yaml.SafeLoader(text)  # its reader already refuses control characters
         node = loader.get_single_node()
         if node is not None:
             size = expanded_size(node, MAX_YAML_NODES)
@@ -92,7 +93,8 @@ def _parse_yaml(path: Path) -> tuple[Any, Lines]:
     except RecursionError:
         raise InputError(path, None, "YAML nested a few hundred levels deep at most", "deeper nesting") from None
     finally:
-        loader.dispose()
+        if loader is not None:
+            loader.dispose()
     return doc, Lines(text, node)
 
 

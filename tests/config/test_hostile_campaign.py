@@ -110,6 +110,7 @@ ALIAS_BOMB = "".join(f"{a}: &{a} [{', '.join([f'*{p}'] * 9) if p.strip() else ',
     (ALIAS_BOMB + MINIMAL, "more than 100000"),
     ("loop: &l [*l]\n" + MINIMAL, "an alias that contains itself"),
     ("[" * 20000 + "]" * 20000 + "\n", "deeper nesting"),
+    ("\x1f" + MINIMAL, "special characters are not allowed"),  # found by tests/fuzz/test_inputs.py
 ])
 def test_hostile_yaml_is_refused_quickly(text, found, tmp_path):
     path = tmp_path / "c.yaml"
