@@ -209,15 +209,20 @@ def load_builtin(backend: str) -> ClassTable:
     return ClassTable(backend, tuple(ordered))
 
 
+MAX_TABLE_BYTES = 1024 * 1024
+"""The largest class table file read (the shipped ones are a few kB)."""
+
+
 def load_class_file(path: str | Path, base: str | None = None) -> ClassTable:
     """A user's table (same YAML format). Its own `extends:` or `base` names the built-in it extends."""
     import yaml
 
+    from perflib.rundir import read_text
+
     path = Path(path)
+    text = read_text(path, "a YAML class table", max_bytes=MAX_TABLE_BYTES) or ""  # a FIFO refused, not read
     try:
-        data = yaml.safe_load(path.read_text())
-    except OSError as exc:
-        raise InputError(path, None, "a readable YAML class table", str(exc)) from None
+        data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"{mark.line + 1}:{mark.column + 1}" if mark else None

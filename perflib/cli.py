@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import importlib
 import math
-import re
 import sys
 from collections.abc import Callable
 
@@ -43,14 +42,14 @@ def float_arg(low: float | None = None, *, above: bool = False, high: float | No
     return lambda text: _number(text, float, low, above, high, expected)
 
 
-SAFE_LABEL_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.+-]{0,127}")
-
-
 def safe_label(text: str) -> str:
-    """An argparse `type` for a name that becomes part of a file name (a page's `--date`)."""
-    if SAFE_LABEL_RE.fullmatch(text) is None:
-        raise argparse.ArgumentTypeError("expected letters, digits and _ . + - not starting with . or - "
-                                         f"(it becomes part of a file name), found {text[:60]!r}")
+    """An argparse `type` for a name that becomes part of a file name (a page's `--date`): the run
+    folder's own rule (`perflib.rundir.SAFE_NAME`), so `../../x` never reaches a path."""
+    from perflib.rundir import SAFE_NAME, name_problem
+
+    problem = name_problem(text)
+    if problem is not None:
+        raise argparse.ArgumentTypeError(f"expected {SAFE_NAME}, found {problem}")
     return text
 
 

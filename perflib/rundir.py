@@ -143,6 +143,18 @@ def _file_kind(mode: int) -> str:
     return next((name for test, name in kinds if test(mode)), "not a regular file")
 
 
+def not_regular(path: Path | str) -> str | None:
+    """None for a regular file (or a link to one), else what is there instead ("a FIFO", "no such
+    file"): `stat` only, which never blocks, so a FIFO is refused before anything opens it."""
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        return "no such file"
+    except OSError as exc:
+        return f"{type(exc).__name__}: {exc.strerror}"
+    return None if stat.S_ISREG(mode) else _file_kind(mode)
+
+
 def read_text(path: Path | str, expected: str, *, missing_ok: bool = False, max_bytes: int | None = None
               ) -> str | None:
     """The UTF-8 text of a regular file. Missing (None with `missing_ok`), unreadable, a folder, a FIFO

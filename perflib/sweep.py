@@ -23,6 +23,7 @@ from typing import Any
 import httpx
 
 from perflib import load, rundir, runs, server
+from perflib.config.model import MAX_RUNS
 from perflib.errors import PerflibError
 from perflib.version import __version__
 
@@ -99,7 +100,9 @@ def run_level(
     """
     run_dir = rundir.run_dir(out_dir, batch, context, repeat)
     if rundir.is_complete(run_dir):
-        return LevelResult(run_dir, rundir.COMPLETE, (), runs.summarize_run(run_dir), skipped=True)
+        summary, problem = _summary(run_dir, batch, context, repeat)
+        status = UNREADABLE if problem else rundir.COMPLETE
+        return LevelResult(run_dir, status, (problem,) if problem else (), summary, skipped=True)
     moved = rundir.move_aside(run_dir) if run_dir.exists() else None
     run_dir.mkdir(parents=True)
     manifest = {"campaign": campaign, "arm": arm, "backend": backend, **_started_manifest(
@@ -115,8 +118,8 @@ def run_level(
                    "(or let perflib start one with --start-server)")
         manifest["errors"] = [message]
         rundir.write_manifest(run_dir, manifest)
-        return LevelResult(run_dir, rundir.INCOMPLETE, (message,), runs.summarize_run(run_dir),
-                           unreachable=True, moved_aside=moved)
+        summary, _ = _summary(run_dir, batch, context, repeat)
+        return LevelResult(run_dir, rundir.INCOMPLETE, (message,), summary, unreachable=True, moved_aside=moved)
 
     log_start = _log_size(server)
     sampler = load.ContentionSampler(_own_pids(base_url, server), threshold=contention_threshold)
@@ -144,8 +147,29 @@ def run_level(
         "errors": list(outcome.errors),
     })
     rundir.write_manifest(run_dir, manifest)
-    return LevelResult(run_dir, manifest["status"], tuple(outcome.errors), runs.summarize_run(run_dir),
+    summary, problem = _summary(run_dir, batch, context, repeat)
+    status = UNREADABLE if problem else manifest["status"]
+    return LevelResult(run_dir, status, (*outcome.errors, *([problem] if problem else [])), summary,
                        unreachable=outcome.unreachable, moved_aside=moved)
+
+
+UNREADABLE = "unreadable"
+"""A `LevelResult.status` (never a manifest's): the folder is there, but its summary failed on a
+file that is not what it should be (a record's `timings` a list, a garbage `/metrics` body, a
+dialect perflib does not know). The sweep reports it and measures the rest; the folder is kept."""
+
+
+def _summary(run_dir: Path, batch: int, context: int, repeat: int) -> tuple[dict[str, Any], str | None]:
+    """`summarize_run` of the folder, or (an empty row of this level, why) where a file in it is bad:
+    one bad folder never stops a sweep, neither the first time nor on a rerun."""
+    try:
+        return runs.summarize_run(run_dir), None
+    except PerflibError as exc:
+        problem = f"level {run_dir.name}: cannot summarize {run_dir}: {exc}"
+    row: dict[str, Any] = {name: None for name in (*runs.RUNS_COLUMNS, *runs.EXTRA_COLUMNS)}
+    row.update(batch=batch, context=context, repeat=repeat, status=UNREADABLE, errors=[problem], ok=0, failed=0,
+               contended=False)
+    return row, problem
 
 
 def _started_manifest(base_url: str, endpoint: str, batch: int, context: int, decode_tokens: int,
@@ -289,6 +313,10 @@ def _check_matrix(base_url: str | None, start_server: bool, batches: Sequence[in
         raise PerflibError(f"--decode-tokens must be at least 2 (a decode rate needs two tokens), got {decode_tokens}")
     if repeats < 1:
         raise PerflibError(f"--repeats must be at least 1, got {repeats}")
+    count = len(batches) * len(contexts) * repeats
+    if count > MAX_RUNS:
+        raise PerflibError(f"expected at most {MAX_RUNS} runs, found {count} ({len(batches)} batches x "
+                           f"{len(contexts)} contexts x {repeats} repeats)")
 
 
 def sweep(

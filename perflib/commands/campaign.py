@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+from perflib.cli import float_arg, safe_label
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
@@ -29,7 +31,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     run_p.add_argument("--guard", action="store_true",
                        help="GPU guard: wait for an idle GPU, watch it at 1 Hz, redo contended runs (up to 5 "
                             "attempts); a no-op with a message where there is no GPU")
-    run_p.add_argument("--guard-idle-s", type=float, default=90.0, help="idle time the guard waits for (default 90 s)")
+    run_p.add_argument("--guard-idle-s", type=float_arg(0), default=90.0, help="idle time the guard waits for (default 90 s)")
     run_p.add_argument("--only", nargs="+", metavar="KEY=V[,V]",
                        help="restrict the matrix, e.g. --only arm=after batch=1,4 (keys: arm backend batch "
                             "context repeat)")
@@ -41,7 +43,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
     report_p = sub.add_parser("report", help="rebuild data/derived and the page from data/raw (no server)")
     common(report_p)
-    report_p.add_argument("--date", help="page date (default: the UTC day the campaign's last run ended)")
+    report_p.add_argument("--date", type=safe_label, help="page date (default: the UTC day the campaign's last run ended)")
     report_p.add_argument("--notebook-export", action="store_true",
                           help="also execute notebooks/report.ipynb and export it with "
                                "`jupyter nbconvert --to markdown --no-input`")

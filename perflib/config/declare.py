@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import math
 import types
 import typing
 from collections.abc import Callable
@@ -64,6 +65,28 @@ def positive(value: Any) -> str | None:
     return None if value >= 1 else "a positive integer"
 
 
+def non_negative(value: Any) -> str | None:
+    """A check: a number (or integer) of at least 0; None passes (an optional key left null)."""
+    return None if value is None or value >= 0 else "a number of at least 0"
+
+
+def above_zero(value: Any) -> str | None:
+    """A check: a number above 0 (a bandwidth, a size); None passes."""
+    return None if value is None or value > 0 else "a number above 0"
+
+
+def optional_positive(value: Any) -> str | None:
+    """A check: an integer of at least 1, or null."""
+    return None if value is None or value >= 1 else "a positive integer"
+
+
+def safe_name(value: Any) -> str | None:
+    """A check: a name that becomes a folder or file name (`perflib.rundir.SAFE_NAME`): no `..`, no `/`."""
+    from perflib.rundir import SAFE_NAME, name_problem
+
+    return None if name_problem(value) is None else SAFE_NAME
+
+
 def non_empty_positive(values: Any) -> str | None:
     """A check: a non-empty list of integers of at least 1."""
     return None if values and all(v >= 1 for v in values) else "a non-empty list of positive integers"
@@ -73,32 +96,44 @@ def non_empty_positive(values: Any) -> str | None:
 
 
 class Lines:
-    """Line numbers of key paths in a YAML document, from `yaml.compose` (1-based)."""
+    """Line numbers of key paths in a YAML document, from its composed nodes (1-based).
 
-    def __init__(self, text: str):
+    Each node is walked once: an alias (`*name`) is not followed into the node it names, so a
+    document of nested aliases (an "alias bomb") costs its size in the file, not its expanded size.
+    The keys under an alias are found at the anchor's key path.
+    """
+
+    def __init__(self, text: str, node: Any = None):
         import yaml
 
         self.lines: dict[str, int] = {}
-        try:
-            node = yaml.compose(text, Loader=yaml.SafeLoader)
-        except yaml.YAMLError:
-            node = None
+        if node is None:
+            try:
+                node = yaml.compose(text, Loader=yaml.SafeLoader)
+            except (yaml.YAMLError, RecursionError):
+                node = None
         if node is not None:
-            self._walk(node, "")
+            self._walk(node)
 
-    def _walk(self, node: Any, path: str) -> None:
+    def _walk(self, root: Any) -> None:
         import yaml
 
-        self.lines.setdefault(path, node.start_mark.line + 1)
-        if isinstance(node, yaml.MappingNode):
-            for key_node, value in node.value:
-                sub = f"{path}.{key_node.value}" if path else str(key_node.value)
-                self.lines[sub] = key_node.start_mark.line + 1
-                self._walk(value, sub)
-                self.lines[sub] = key_node.start_mark.line + 1
-        elif isinstance(node, yaml.SequenceNode):
-            for i, item in enumerate(node.value):
-                self._walk(item, f"{path}[{i}]")
+        seen: set[int] = set()
+        stack = [(root, "")]
+        while stack:  # iterative: a deeply nested document cannot exhaust the Python stack here
+            node, path = stack.pop()
+            self.lines.setdefault(path, node.start_mark.line + 1)
+            if id(node) in seen:
+                continue
+            seen.add(id(node))
+            if isinstance(node, yaml.MappingNode):
+                for key_node, value in reversed(node.value):
+                    sub = f"{path}.{key_node.value}" if path else str(key_node.value)
+                    self.lines[sub] = key_node.start_mark.line + 1
+                    stack.append((value, sub))
+            elif isinstance(node, yaml.SequenceNode):
+                for i in range(len(node.value) - 1, -1, -1):
+                    stack.append((node.value[i], f"{path}[{i}]"))
 
     def where(self, path: str) -> str:
         line = self.lines.get(path)
@@ -159,6 +194,12 @@ def _shape(annotation: Any, one_or_many: bool = False) -> _Shape:
         value_type = typing.get_args(annotation)[1]
         return _Shape((dict,), strings=value_type is str)
     raise TypeError(f"no YAML shape for annotation {annotation!r}")  # pragma: no cover - a declaration bug
+
+
+MAX_NUMBER = 1e15
+"""The largest magnitude of a number key (`perflib.rundir.MAX_NUMBER`); `.nan` and `.inf` are refused."""
+MAX_INT = 2 ** 63 - 1
+"""Integer keys fit int64, as every table downstream holds them."""
 
 
 def _is(value: Any, yaml_types: tuple[type, ...]) -> bool:
@@ -241,7 +282,11 @@ def _value(shape: _Shape, value: Any, ctx: Context, key_path: str) -> Any:
     if isinstance(value, dict):
         return {str(k): str(v) for k, v in value.items()} if shape.strings else dict(value)
     if float in shape.yaml_types and not isinstance(value, bool):
+        if not math.isfinite(value) or abs(value) > MAX_NUMBER:
+            raise ctx.error(key_path, f"a finite number (magnitude at most {MAX_NUMBER:g})", found(value))
         return float(value)
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) > MAX_INT:
+        raise ctx.error(key_path, f"an integer of magnitude at most {MAX_INT}", found(value))
     return value
 
 

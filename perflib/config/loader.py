@@ -14,26 +14,88 @@ from pathlib import Path
 from typing import Any
 
 from perflib.config.declare import Context, Lines, build
-from perflib.config.model import Campaign, CandidateSpec, Playbook, Source
+from perflib.config.model import MAX_RUNS, Campaign, CandidateSpec, Playbook, Source
 from perflib.errors import InputError, PerflibError
 from perflib.server.presets import PLACEHOLDERS, PRESETS, placeholders_in
 
 PLAYBOOKS = Path(__file__).resolve().parents[1] / "data" / "playbooks"
 
+MAX_CAMPAIGN_BYTES = 1024 * 1024
+"""The largest campaign (or playbook) file read; the committed ones are a few kB."""
 
-def _parse_yaml(path: Path) -> tuple[Any, Lines]:
+MAX_YAML_NODES = 100_000
+"""The most YAML nodes a campaign file may hold once its aliases are expanded (an alias bomb of
+nine nested aliases holds 9**9 = 387 million): counted on the composed nodes, never expanded."""
+
+
+def expanded_size(root: Any, limit: int) -> int:
+    """How many nodes the YAML node graph `root` holds with every alias expanded, counted without
+    expanding it (each node's size computed once), stopping at `limit + 1`. A ValueError for an
+    alias that contains itself."""
     import yaml
 
-    if not path.is_file():
-        raise InputError(path, None, "a campaign YAML file", "no such file")
-    text = path.read_text()
+    sizes: dict[int, int] = {}
+    open_nodes: set[int] = set()
+    stack: list[tuple[Any, bool]] = [(root, False)]
+    while stack:
+        node, children_done = stack.pop()
+        key = id(node)
+        if key in sizes:
+            continue
+        if isinstance(node, yaml.MappingNode):
+            children = [n for pair in node.value for n in pair]
+        elif isinstance(node, yaml.SequenceNode):
+            children = list(node.value)
+        else:
+            sizes[key] = 1
+            continue
+        if children_done:
+            open_nodes.discard(key)
+            sizes[key] = min(limit + 1, 1 + sum(sizes[id(c)] for c in children))
+            continue
+        if key in open_nodes:
+            raise ValueError("an alias that contains itself")
+        open_nodes.add(key)
+        stack.append((node, True))
+        for child in children:
+            if id(child) in open_nodes:
+                raise ValueError("an alias that contains itself")
+            if id(child) not in sizes:
+                stack.append((child, False))
+    return sizes[id(root)]
+
+
+def _parse_yaml(path: Path) -> tuple[Any, Lines]:
+    """The document and its line map; the file read as `perflib.rundir.read_text` reads (a FIFO or
+    device refused, at most `MAX_CAMPAIGN_BYTES`), composed once, its expanded size bounded before
+    anything is built from it."""
+    import yaml
+
+    from perflib.rundir import read_text
+
+    text = read_text(path, "a campaign YAML file", max_bytes=MAX_CAMPAIGN_BYTES) or ""
+    loader = None
     try:
-        doc = yaml.safe_load(text)
+        loader = yaml.SafeLoader(text)  # its reader already refuses control characters
+        node = loader.get_single_node()
+        if node is not None:
+            size = expanded_size(node, MAX_YAML_NODES)
+            if size > MAX_YAML_NODES:
+                raise InputError(path, None, f"a YAML document of at most {MAX_YAML_NODES} values once its "
+                                 "aliases are expanded", f"more than {MAX_YAML_NODES} (nested aliases)")
+        doc = loader.construct_document(node) if node is not None else None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else None
         raise InputError(path, where, "valid YAML", str(getattr(exc, "problem", exc))) from exc
-    return doc, Lines(text)
+    except ValueError as exc:  # expanded_size: a recursive alias
+        raise InputError(path, None, "YAML whose aliases do not contain themselves", str(exc)) from None
+    except RecursionError:
+        raise InputError(path, None, "YAML nested a few hundred levels deep at most", "deeper nesting") from None
+    finally:
+        if loader is not None:
+            loader.dispose()
+    return doc, Lines(text, node)
 
 
 def playbook_path(name: str) -> Path:
@@ -112,6 +174,66 @@ def _check_placeholders(values: Any, path: Path, lines: Lines, where: str) -> No
                          f"unknown {', '.join('{' + u + '}' for u in unknown)}")
 
 
+def _check_matrix(campaign: Campaign, path: Path, lines: Lines) -> None:
+    """The run matrix counted (never expanded) against `MAX_RUNS`."""
+    if campaign.run_count > MAX_RUNS:
+        raise InputError(path, lines.where("repeats" if "repeats" in lines.lines else "batches"),
+                         f"a run matrix of at most {MAX_RUNS} runs",
+                         f"{campaign.run_count} runs ({campaign.matrix_text()})")
+
+
+def _check_files(campaign: Campaign, path: Path, lines: Lines) -> None:
+    """What a campaign names beside it is there: each `compare_with` campaign file and each backend's
+    `kernel_classes` (a built-in table, or a YAML file), read only later, when a page is written."""
+    import stat
+
+    from perflib.classes import builtin_backends
+
+    def regular(file: Path) -> str | None:
+        try:
+            mode = file.stat().st_mode
+        except OSError as exc:
+            return exc.strerror or "no such file"
+        return None if stat.S_ISREG(mode) else "not a regular file"
+
+    for i, ref in enumerate(campaign.compare_with):
+        problem = regular(ref.campaign)
+        if problem:
+            raise InputError(path, lines.where(f"compare_with[{i}].campaign"), "a campaign file that exists",
+                             f"{ref.campaign}: {problem}")
+    tables = builtin_backends()
+    for i, backend in enumerate(campaign.backends):
+        if backend.kernel_classes is None:
+            continue
+        file = campaign.class_file(backend)
+        if file is None and backend.kernel_classes not in tables:
+            raise InputError(path, lines.where(f"backends[{i}].kernel_classes"),
+                             f"a built-in class table ({', '.join(tables)}) or a .yaml file",
+                             repr(backend.kernel_classes))
+        problem = regular(file) if file is not None else None
+        if problem:
+            raise InputError(path, lines.where(f"backends[{i}].kernel_classes"), "a class table file that exists",
+                             f"{file}: {problem}")
+
+
+def _check_gates(campaign: Campaign, path: Path, lines: Lines) -> None:
+    """A gate names arms of the campaign and a batch (and context) of its matrix."""
+    arms = [a.name for a in campaign.arms]
+    for i, gate in enumerate(campaign.gates):
+        where = f"gate[{i}]" if len(campaign.gates) > 1 or f"gate[{i}]" in lines.lines else "gate"
+        for name in ("arm", "baseline"):
+            value = getattr(gate, name)
+            if value is not None and value not in arms:
+                raise InputError(path, lines.where(f"{where}.{name}"), f"the name of an arm ({', '.join(arms)})",
+                                 repr(value))
+        if gate.batch not in campaign.batches:
+            raise InputError(path, lines.where(f"{where}.batch"),
+                             f"a batch of the matrix ({', '.join(map(str, campaign.batches))})", repr(gate.batch))
+        if gate.context is not None and gate.context not in campaign.contexts:
+            raise InputError(path, lines.where(f"{where}.context"),
+                             f"a context of the matrix ({', '.join(map(str, campaign.contexts))})", repr(gate.context))
+
+
 def _with_playbook(campaign: Campaign, path: Path, lines: Lines) -> Campaign:
     """The playbook's candidates first, then the campaign's own (one with the same id overrides)."""
     from_playbook: tuple[tuple[CandidateSpec, Source], ...] = ()
@@ -136,6 +258,9 @@ def read_campaign(path: str | Path) -> Campaign:
     doc = doc if doc is not None else []
     campaign = build(Campaign, doc, Context(path, lines), path=Path(path).resolve(), lines=lines)
     _check_servers(campaign, path, lines)
+    _check_matrix(campaign, path, lines)
+    _check_files(campaign, path, lines)
+    _check_gates(campaign, path, lines)
     campaign = _with_playbook(campaign, path, lines)
     base = path.parent
     default = "../{}" if base.name == "campaigns" else "{}"

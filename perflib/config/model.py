@@ -8,12 +8,23 @@ YAML key of the same name unless it says `read=False`; its type is what the key 
 from __future__ import annotations
 
 import re
+import string
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from perflib import rundir
-from perflib.config.declare import Context, key, non_empty_positive, positive, resolve_path
+from perflib.config.declare import (
+    Context,
+    above_zero,
+    key,
+    non_empty_positive,
+    non_negative,
+    optional_positive,
+    positive,
+    resolve_path,
+    safe_name,
+)
 from perflib.config.thresholds import threshold_check
 from perflib.errors import PerflibError
 from perflib.metrics import DIALECTS as METRICS_DIALECTS
@@ -32,6 +43,11 @@ START_KINDS = ("llama-server-local", "none")
 SERVER_PRESETS = tuple(PRESETS)
 ARM_ROLES = ("compare", "traced")
 """`traced`: the same configuration as the arm it names in `of`, again under a profiler."""
+MAX_RUNS = 100_000
+"""The largest run matrix (arms × backends × contexts × batches × repeats) a campaign may name: counted
+before it is expanded, so a typo of `repeats: 100000000` is an error at once, not hours of work."""
+TRACE_PLACEHOLDERS = ("campaign", "arm", "backend", "batch", "context", "repeat", "run_dir", "data_dir")
+"""What `profiler.output` may name in braces (`Campaign.trace_path`)."""
 WINDOWS = ("decode", "level", "steps")
 """decode: all requests decoding (SERVERS.md §5.2); level: the manifest clocks around the whole level;
 steps: the span of the step markers."""
@@ -42,8 +58,8 @@ class ModelSpec:
     """The model under test; bytes feed the decode-step floor, `random` the local demo model."""
 
     name: str
-    weight_bytes: int | None = None
-    kv_bytes_per_token: int | None = None
+    weight_bytes: int | None = field(default=None, metadata=key(check=optional_positive))
+    kv_bytes_per_token: int | None = field(default=None, metadata=key(check=non_negative))
     path: str | None = None
     random: dict[str, Any] = field(default_factory=dict)
 
@@ -59,13 +75,29 @@ def regex_check(text: str) -> str | None:
     return None
 
 
+def placeholder_check(names: tuple[str, ...]) -> Any:
+    """A `key(check=...)`: every `{name}` of a path pattern is one of `names`, with no format spec,
+    conversion, index or attribute (`{run_dir.__class__}`), and a literal brace is doubled."""
+    def check(text: str | None) -> str | None:
+        if text is None:
+            return None
+        expected = f"a path whose braces name {', '.join('{' + n + '}' for n in names)} (a brace itself: {{{{ or }}}})"
+        try:
+            fields = [(f, spec, conv) for _, f, spec, conv in string.Formatter().parse(text) if f is not None]
+        except ValueError as exc:
+            return f"{expected}; {exc}"
+        bad = [f for f, spec, conv in fields if f not in names or spec or conv]
+        return f"{expected}; unknown {', '.join('{' + b + '}' for b in bad)}" if bad else None
+    return check
+
+
 @dataclass(frozen=True)
 class ProfilerSpec:
     """Which profiler captures the server (`perflib.server.profilers`), its own options, and where the
     output of a capture perflib did not make lands (a path pattern, see `trace_path`)."""
 
     kind: str = field(default="none", metadata=key(choices=PROFILER_KINDS))
-    output: str | None = None
+    output: str | None = field(default=None, metadata=key(check=placeholder_check(TRACE_PLACEHOLDERS)))
     window: str = field(default="decode", metadata=key(choices=WINDOWS))
     step_marker: str | None = field(default=None, metadata=key(check=regex_check))
     """A regex for the NVTX / roctx / annotation ranges that mark one step each, tried before the
@@ -117,16 +149,17 @@ class BackendSpec:
     """One server to measure: a URL of a server someone else runs, or a `server:` perflib starts itself
     (once per arm), or `start: none` for committed traces only."""
 
-    name: str
+    name: str = field(metadata=key(check=safe_name))
     url: str | None = None
     start: str | None = field(default=None, metadata=key(choices=START_KINDS))
     server: ServerSpec | None = None
     dialect: str = field(default="auto", metadata=key(choices=DIALECTS))
     profiler: ProfilerSpec = field(default_factory=ProfilerSpec)
-    peak_bandwidth_gbs: float | None = None
+    peak_bandwidth_gbs: float | None = field(default=None, metadata=key(check=above_zero))
     kernel_classes: str | None = None
+    """A built-in class table (`perflib.classes.builtin_backends`) or a `.yaml` file beside the campaign."""
     device: str | None = None
-    threads: int | None = None
+    threads: int | None = field(default=None, metadata=key(check=optional_positive))
     extra_args: tuple[str, ...] = ()
     env: dict[str, str] = field(default_factory=dict)
 
@@ -150,7 +183,7 @@ class ArmSpec:
     """One side of a before/after comparison: a server build, extra flags or an environment, or (a
     traced arm) the same configuration as `of` again under `profiler`."""
 
-    name: str
+    name: str = field(metadata=key(check=safe_name))
     binary: str | None = None
     url: str | None = None
     extra_args: tuple[str, ...] = ()
@@ -195,9 +228,9 @@ class GateSpec:
     """A regression gate: `measure` (a runs.csv column) of `arm` against `baseline` at one batch."""
 
     measure: str
-    batch: int
+    batch: int = field(metadata=key(check=positive))
     max_regression_pct: float
-    context: int | None = None
+    context: int | None = field(default=None, metadata=key(check=optional_positive))
     baseline: str | None = None
     arm: str | None = None
 
@@ -212,8 +245,8 @@ class FallbackSpec:
     ruled_out: str | None = field(default=None, metadata=key(check=threshold_check))
     classes: tuple[str, ...] = field(default=(), metadata=key(one_or_many=True))
     column: str | None = None
-    batch: int | None = None
-    context: int | None = None
+    batch: int | None = field(default=None, metadata=key(check=optional_positive))
+    context: int | None = field(default=None, metadata=key(check=optional_positive))
     label: str = ""
 
 
@@ -291,7 +324,7 @@ class RunSpec:
 class Campaign:
     """A validated campaign file; paths are resolved against the file's folder."""
 
-    name: str
+    name: str = field(metadata=key(check=safe_name))
     model: ModelSpec
     backends: tuple[BackendSpec, ...]
     batches: tuple[int, ...] = field(metadata=key(check=non_empty_positive))
@@ -381,8 +414,21 @@ class Campaign:
         """Every run folder of this campaign on disk (arm, backend, folder), sorted."""
         return rundir.list_runs(self.raw_dir(data_dir))
 
+    @property
+    def run_count(self) -> int:
+        """How many runs the matrix holds, counted without expanding it."""
+        return len(self.arms) * len(self.backends) * len(self.contexts) * len(self.batches) * self.repeats
+
+    def matrix_text(self) -> str:
+        return (f"{len(self.arms)} arms x {len(self.backends)} backends x {len(self.contexts)} contexts x "
+                f"{len(self.batches)} batches x {self.repeats} repeats")
+
     def expand(self, only: dict[str, set[str]] | None = None) -> list[RunSpec]:
-        """Every run of the campaign, in execution order (arm, backend, context, batch, repeat)."""
+        """Every run of the campaign, in execution order (arm, backend, context, batch, repeat); a
+        matrix of more than `MAX_RUNS` runs is a `PerflibError` that says its count, before any is made."""
+        if self.run_count > MAX_RUNS:
+            raise PerflibError(f"{self.path}: expected a run matrix of at most {MAX_RUNS} runs, found "
+                               f"{self.run_count} ({self.matrix_text()})")
         runs = []
         for arm in self.arms:
             for backend in self.backends:

@@ -32,7 +32,7 @@ from perflib.load.prompts import (
     make_prompts,
     prompt_tolerance,
 )
-from perflib.load.sse import SSESplitter
+from perflib.load.sse import MAX_LINE_BYTES, SSEError, SSESplitter
 from perflib.load.stream import (
     DEFAULT_TIMEOUT_S,
     ENDPOINTS,
@@ -44,7 +44,7 @@ from perflib.load.stream import (
 __all__ = [
     "CPU_THRESHOLD", "Contention", "ContentionSampler", "listening_pids", "wait_quiet",
     "DEFAULT_TIMEOUT_S", "ENDPOINTS", "GAUGE_INTERVAL_S", "LevelOutcome", "LevelSink", "MemorySink", "Prompt",
-    "RequestRecord", "SSESplitter", "ServerUnreachable", "TokenCounter", "decode_tok_s", "event_loop_name", "http_client",
+    "MAX_LINE_BYTES", "RequestRecord", "SSEError", "SSESplitter", "ServerUnreachable", "TokenCounter", "decode_tok_s", "event_loop_name", "http_client",
     "fit_prompt", "json_object", "make_prompts", "prompt_tolerance", "run_async", "run_level_async", "run_sync",
     "server_identity", "server_kind", "stream_request",
 ]

@@ -43,13 +43,27 @@ import httpx
 
 from perflib.clocks import monotonic_ns
 from perflib.errors import PerflibError
-from perflib.load.sse import SSESplitter
+from perflib.load.sse import SSEError, SSESplitter
+from perflib.rundir import describe, value_problem
 
 ENDPOINTS = {"completions": "/v1/completions", "chat": "/v1/chat/completions"}
 """`--endpoint` value → path."""
 
 DEFAULT_TIMEOUT_S = 600.0
-"""Per-request read timeout (mlxcel's harness default)."""
+"""Per-request timeout, the whole request (mlxcel's harness default)."""
+
+MAX_HEAD_BYTES = 64 * 1024
+"""The longest HTTP status line and headers the raw reader takes."""
+
+MAX_ERROR_BODY = 4096
+"""How much of an error answer's body is kept (and read) for the record's error."""
+
+USAGE_FIELDS = {"completion_tokens": "count?", "prompt_tokens": "count?", "total_tokens": "count?"}
+"""The `usage` values perflib reads, and their kinds (`perflib.rundir.VALUE_KINDS`)."""
+
+TIMINGS_FIELDS = {"predicted_n": "count?", "prompt_n": "count?", "predicted_ms": "number?", "prompt_ms": "number?",
+                  "predicted_per_token_ms": "number?", "prompt_per_token_ms": "number?"}
+"""The `timings` values (llama.cpp) perflib computes with; the times must also be non-negative."""
 
 
 @dataclass(frozen=True)
@@ -97,15 +111,78 @@ def decode_tok_s(completion_tokens: int | None, first_token_ns: int | None,
     return (completion_tokens - 1) * 1e9 / span
 
 
-def _token_text(choice: Mapping[str, Any]) -> bool:
-    """Whether one `choices` entry carries token text (completions `text`, chat `delta`)."""
-    text = choice.get("text")
-    if text:
-        return True
-    delta = choice.get("delta")
-    if isinstance(delta, dict):
-        return bool(delta.get("content") or delta.get("reasoning_content"))
-    return False
+class BadValue(ValueError):
+    """A value of a server's answer that is not of its kind: names the field, what was expected, what came."""
+
+    def __init__(self, field: str, expected: str, value: Any):
+        self.field = field
+        super().__init__(f"{field}: expected {expected}, found {describe(value)}")
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if value != value or value in (float("inf"), float("-inf")):
+        raise ValueError(f"number {text[:40]} is out of range")
+    return value
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON value")
+
+
+def loads_strict(data: bytes | str) -> Any:
+    """`json.loads` that refuses NaN, Infinity and numbers past the float range (1e999), which the
+    standard parser turns into non-finite floats: a server's answer never brings one into a record.
+    Raises ValueError (RecursionError for nesting too deep)."""
+    return json.loads(data, parse_constant=_no_constant, parse_float=_finite_float)
+
+
+def check_kinds(obj: Any, fields: Mapping[str, str], where: str) -> None:
+    """Every key of `fields` present in the object `obj` holds its kind; else `BadValue` at `where<key>`."""
+    for name, kind in fields.items():
+        if name in obj:
+            expected = value_problem(obj[name], kind)
+            if expected is None and kind.startswith("number") and obj[name] is not None and obj[name] < 0:
+                expected = "a non-negative number" + (" or null" if kind.endswith("?") else "")
+            if expected:
+                raise BadValue(f"{where}{name}", expected, obj[name])
+
+
+def _optional_object(obj: Mapping[str, Any], name: str) -> dict[str, Any] | None:
+    """`obj[name]` when it is a JSON object, None when absent or null; `BadValue` for anything else."""
+    value = obj.get(name)
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise BadValue(name, "a JSON object or null", value)
+    return value
+
+
+def _token_text(choices: Any) -> bool:
+    """Whether a `choices` list carries token text (completions `text`, chat `delta`), each entry's
+    values checked for their kind (`BadValue` names the first that is not)."""
+    if choices is None:
+        return False
+    if not isinstance(choices, list):
+        raise BadValue("choices", "a list of objects or null", choices)
+    found = False
+    for i, choice in enumerate(choices):
+        if not isinstance(choice, dict):
+            raise BadValue(f"choices[{i}]", "a JSON object", choice)
+        text = choice.get("text")
+        if text is not None and not isinstance(text, str):
+            raise BadValue(f"choices[{i}].text", "a string or null", text)
+        delta = choice.get("delta")
+        if delta is not None:
+            if not isinstance(delta, dict):
+                raise BadValue(f"choices[{i}].delta", "a JSON object or null", delta)
+            for name in ("content", "reasoning_content"):
+                value = delta.get(name)
+                if value is not None and not isinstance(value, str):
+                    raise BadValue(f"choices[{i}].delta.{name}", "a string or null", value)
+                found = found or bool(value)
+        found = found or bool(text)
+    return found
 
 
 _FAST_COMPLETION = b'{"choices":[{"text":"'
@@ -125,6 +202,7 @@ class _StreamState:
     done: bool = False
     error: str | None = None
     events: int = 0
+    http_status: int | None = None  # the httpx transport's status, kept when the stream fails later
 
     def take(self, payload: bytes, t_ns: int) -> None:
         """Account one SSE payload that arrived at `t_ns`."""
@@ -143,29 +221,44 @@ class _StreamState:
             self.done = True
             return
         try:
-            obj = json.loads(payload)
-        except ValueError:
+            obj = loads_strict(payload)
+        except (ValueError, RecursionError) as exc:
             snippet = payload[:120].decode("utf-8", "replace")
-            self.error = f"malformed SSE: event {self.events} is not JSON: data: {snippet!r}"
+            why = "nested too deep" if isinstance(exc, RecursionError) else str(exc)[:120]
+            self.error = f"malformed SSE: event {self.events} is not JSON ({why}): data: {snippet!r}"
             return
         if not isinstance(obj, dict):
             snippet = payload[:120].decode("utf-8", "replace")
             self.error = f"malformed SSE: event {self.events} is not a JSON object: data: {snippet!r}"
             return
-        choices = obj.get("choices")
-        if choices:
-            for choice in choices:
-                if _token_text(choice):
-                    self.chunk_ns.append(t_ns)
-                    break
-        if "usage" in obj and obj["usage"]:
-            self.usage = obj["usage"]
-        if "timings" in obj and obj["timings"]:
-            self.timings = obj["timings"]
-        if "error" in obj and obj["error"]:
-            err = obj["error"]
+        try:
+            self._take_object(obj, t_ns)
+        except BadValue as exc:
+            self.error = f"malformed SSE: event {self.events}: {exc}"
+
+    def _take_object(self, obj: dict[str, Any], t_ns: int) -> None:
+        """One parsed event: every value perflib reads is checked for its kind before it is kept."""
+        if _token_text(obj.get("choices")):
+            self.chunk_ns.append(t_ns)
+        usage = _optional_object(obj, "usage")
+        if usage is not None:
+            check_kinds(usage, USAGE_FIELDS, "usage.")
+            if usage:
+                self.usage = usage
+        timings = _optional_object(obj, "timings")
+        if timings is not None:
+            check_kinds(timings, TIMINGS_FIELDS, "timings.")
+            if timings:
+                self.timings = timings
+        err = obj.get("error")
+        if err:
             message = err.get("message", err) if isinstance(err, dict) else err
-            self.error = f"server error in stream after {len(self.chunk_ns)} token chunks: {message}"
+            text = message if isinstance(message, str) else json.dumps(message)
+            self.error = f"server error in stream after {len(self.chunk_ns)} token chunks: {text[:300]}"
+
+
+MAX_SIZE_LINE = 1024
+"""The longest chunk-size line (with extensions) of chunked transfer encoding the raw reader takes."""
 
 
 class _SSEResponse(asyncio.Protocol):
@@ -203,14 +296,21 @@ class _SSEResponse(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         t_ns = time.clock_gettime_ns(time.CLOCK_MONOTONIC)
         if not self.in_body:
+            start = max(0, len(self.head) - 3)
             self.head += data
-            end = self.head.find(b"\r\n\r\n")
+            end = self.head.find(b"\r\n\r\n", start)
             if end < 0:
+                if len(self.head) > MAX_HEAD_BYTES:
+                    self._fail(f"malformed HTTP response: header longer than {MAX_HEAD_BYTES} bytes "
+                               "without its blank line")
+                    self._finish()
                 return
             data = self.head[end + 4:]
             self._parse_head(self.head[:end])
             self.in_body = True
-            if not data:
+            if self.state.error or not data:
+                if self.complete:  # a bad head, or an empty body: nothing more to wait for
+                    self._finish()
                 return
         if self.chunked:
             data = self._unchunk(data)
@@ -218,12 +318,19 @@ class _SSEResponse(asyncio.Protocol):
             data = data[:self.length]
             self.length -= len(data)
             self.complete = self.length == 0
-        if data:
+        if data and not self.state.error:
             if self.status is not None and self.status >= 400:
-                self.error_body += data[:4096 - len(self.error_body)]
+                self.error_body += data[:MAX_ERROR_BODY - len(self.error_body)]
+                if len(self.error_body) >= MAX_ERROR_BODY:
+                    self.complete = True  # enough to quote; the rest is not waited for
             else:
                 take = self.state.take
-                for payload in self.splitter.feed(data):
+                try:
+                    payloads = self.splitter.feed(data)
+                except SSEError as exc:
+                    self._fail(f"malformed SSE: {exc}")
+                    payloads = []
+                for payload in payloads:
                     take(payload, t_ns)
                     if self.state.error:
                         self.complete = True  # stop at the first bad event: what follows is untrusted
@@ -231,22 +338,32 @@ class _SSEResponse(asyncio.Protocol):
         if self.complete:
             self._finish()
 
+    def _fail(self, error: str) -> None:
+        """The answer is not one perflib reads on: the record's error, and the connection closed."""
+        if not self.state.error:
+            self.state.error = error
+        self.complete = True
+
     def _parse_head(self, head: bytes) -> None:
         lines = head.split(b"\r\n")
         parts = lines[0].split(b" ", 2)
-        try:
-            self.status = int(parts[1])
-        except (IndexError, ValueError):
-            self.state.error = f"malformed HTTP status line: {lines[0][:80]!r}"
-            self.complete = True
+        code = parts[1] if len(parts) > 1 else b""
+        if not (parts[0].startswith(b"HTTP/") and len(code) == 3 and code.isdigit() and 100 <= int(code) <= 599):
+            self._fail(f"malformed HTTP status line: expected HTTP/1.x and a 3-digit status, found {lines[0][:80]!r}")
             return
+        self.status = int(code)
         for line in lines[1:]:
             name, _, value = line.partition(b":")
             name = name.strip().lower()
             if name == b"transfer-encoding" and b"chunked" in value.lower():
                 self.chunked = True
             elif name == b"content-length":
-                self.length = int(value.strip())
+                value = value.strip()
+                if not value.isdigit() or len(value) > 18:
+                    self._fail(f"malformed HTTP header Content-Length: expected a non-negative integer, "
+                               f"found {value[:40]!r}")
+                    return
+                self.length = int(value)
         if self.chunked:
             self.length = None
         elif self.length == 0:
@@ -272,16 +389,20 @@ class _SSEResponse(asyncio.Protocol):
                 pos += skip
                 self.crlf_left -= skip
             else:
-                end = data.find(b"\r\n", pos)
+                end = data.find(b"\r\n", pos, pos + MAX_SIZE_LINE + 2)
                 if end < 0:
+                    if n - pos > MAX_SIZE_LINE:
+                        self._fail(f"malformed chunked encoding: a chunk-size line longer than {MAX_SIZE_LINE} "
+                                   f"bytes: {data[pos:pos + 40]!r}...")
+                        break
                     self.size_line = data[pos:]
                     break
-                try:
-                    size = int(data[pos:end].split(b";", 1)[0], 16)
-                except ValueError:
-                    self.state.error = f"malformed chunked encoding: size line {data[pos:end][:40]!r}"
-                    self.complete = True
+                digits = data[pos:end].split(b";", 1)[0].strip()
+                if not digits or len(digits) > 15 or digits.strip(b"0123456789abcdefABCDEF"):
+                    self._fail(f"malformed chunked encoding: expected a hexadecimal chunk size, "
+                               f"found {data[pos:end][:40]!r}")
                     break
+                size = int(digits, 16)
                 pos = end + 2
                 if size == 0:
                     self.complete = True  # trailers, if any, are not read
@@ -306,8 +427,15 @@ class _SSEResponse(asyncio.Protocol):
                 self.complete = True
             if not self.state.error:
                 t_ns = time.clock_gettime_ns(time.CLOCK_MONOTONIC)
-                for payload in self.splitter.close():
+                try:
+                    payloads = self.splitter.close()
+                except SSEError as exc:
+                    payloads = []
+                    self.state.error = f"malformed SSE: {exc}"
+                for payload in payloads:
                     self.state.take(payload, t_ns)
+                    if self.state.error:
+                        break
         if not self.done.done():
             self.done.set_result(None)
 
@@ -339,6 +467,8 @@ async def _stream_raw(url: str, content: bytes, state: _StreamState, timeout: fl
         transport.abort()
         raise
     if proto.status is None:
+        if state.error:  # a head perflib does not read: its own error
+            return None, state.error
         return None, (f"connection lost before the response to {url}: "
                       f"{type(proto.lost).__name__ if proto.lost else 'closed'}: {proto.lost or 'no detail'}")
     if proto.status >= 400:
@@ -351,18 +481,50 @@ async def _stream_raw(url: str, content: bytes, state: _StreamState, timeout: fl
 
 
 async def _stream_httpx(client: httpx.AsyncClient, url: str, content: bytes, state: _StreamState,
-                        max_tokens: int) -> tuple[int | None, str | None]:
-    """The same exchange through httpx (`aiter_raw`, never `aiter_lines`); for https and comparison."""
+                        max_tokens: int, timeout: float) -> tuple[int | None, str | None]:
+    """The same exchange through httpx (`aiter_raw`, never `aiter_lines`); for https and comparison.
+
+    httpx's timeout is per read, so `timeout` is also applied to the whole exchange: a server that
+    trickles bytes (a comment line a second) cannot hold a request longer than the raw reader would.
+    """
+    try:
+        async with asyncio.timeout(timeout):
+            await _exchange_httpx(client, url, content, state)
+    except httpx.ConnectError as exc:
+        return None, f"cannot connect to {url}: {exc or type(exc).__name__} (is the server running?)"
+    except httpx.TimeoutException as exc:
+        status = state.http_status
+        return status, f"timed out after {len(state.chunk_ns)} token chunks: {type(exc).__name__} {exc}"
+    except TimeoutError:
+        return state.http_status, f"timed out after {timeout:g} s and {len(state.chunk_ns)} token chunks"
+    except _ErrorAnswer as exc:
+        return exc.status, f"HTTP {exc.status} from {url}: {exc.body.decode('utf-8', 'replace').strip()}"
+    except httpx.HTTPError as exc:  # RemoteProtocolError, ReadError: the server went away mid-stream
+        return state.http_status, (f"connection lost after {len(state.chunk_ns)} token chunks of {max_tokens} "
+                                   f"tokens: {type(exc).__name__}: {exc or 'no detail'}")
+    return state.http_status, None
+
+
+class _ErrorAnswer(Exception):
+    def __init__(self, status: int, body: bytes):
+        self.status, self.body = status, body
+
+
+async def _exchange_httpx(client: httpx.AsyncClient, url: str, content: bytes, state: _StreamState) -> None:
+    """POST and read the SSE answer into `state`; an answer ≥ 400 raises `_ErrorAnswer` (its body cut)."""
     headers = {"Content-Type": "application/json", "Accept": "text/event-stream", "Connection": "close"}
     splitter = SSESplitter()
-    status: int | None = None
-    try:
-        async with client.stream("POST", url, content=content, headers=headers) as response:
-            status = response.status_code
-            if status >= 400:
-                raw = await response.aread()
-                return status, f"HTTP {status} from {url}: {raw[:300].decode('utf-8', 'replace').strip()}"
-            take = state.take
+    async with client.stream("POST", url, content=content, headers=headers) as response:
+        status = state.http_status = response.status_code
+        if status >= 400:
+            body = b""
+            async for data in response.aiter_raw():
+                body += data
+                if len(body) >= MAX_ERROR_BODY:
+                    break
+            raise _ErrorAnswer(status, body[:300])
+        take = state.take
+        try:
             async for data in response.aiter_raw():
                 t_ns = monotonic_ns()
                 for payload in splitter.feed(data):
@@ -375,14 +537,10 @@ async def _stream_httpx(client: httpx.AsyncClient, url: str, content: bytes, sta
                 t_ns = monotonic_ns()
                 for payload in splitter.close():
                     take(payload, t_ns)
-    except httpx.ConnectError as exc:
-        return None, f"cannot connect to {url}: {exc or type(exc).__name__} (is the server running?)"
-    except httpx.TimeoutException as exc:
-        return status, f"timed out after {len(state.chunk_ns)} token chunks: {type(exc).__name__} {exc}"
-    except httpx.HTTPError as exc:  # RemoteProtocolError, ReadError: the server went away mid-stream
-        return status, (f"connection lost after {len(state.chunk_ns)} token chunks of {max_tokens} tokens: "
-                        f"{type(exc).__name__}: {exc or 'no detail'}")
-    return status, None
+                    if state.error:
+                        break
+        except SSEError as exc:
+            state.error = f"malformed SSE: {exc}"
 
 
 async def stream_request(
@@ -428,7 +586,7 @@ async def stream_request(
     elif transport == "httpx":
         if client is None:
             raise PerflibError("transport='httpx' needs an httpx.AsyncClient")
-        status, error = await _stream_httpx(client, url, content, state, max_tokens)
+        status, error = await _stream_httpx(client, url, content, state, max_tokens, timeout)
     else:
         raise PerflibError(f"transport must be auto, raw or httpx, not {transport!r}")
     end_ns = monotonic_ns()
@@ -436,7 +594,8 @@ async def stream_request(
     completion_tokens = usage.get("completion_tokens")
     if completion_tokens is None and state.timings:
         completion_tokens = state.timings.get("predicted_n")
-    error = error or state.error or _early_end(state, status, completion_tokens, max_tokens, ignore_eos)
+    error = (error or state.error or _beyond_asked(state, completion_tokens, max_tokens)
+             or _early_end(state, status, completion_tokens, max_tokens, ignore_eos))
     chunks = state.chunk_ns
     first = chunks[0] if chunks else None
     last = chunks[-1] if chunks else None
@@ -474,6 +633,18 @@ def request_body(endpoint: str, prompt: str, max_tokens: int, model: str | None,
     if extra_body:
         body.update(extra_body)
     return body
+
+
+def _beyond_asked(state: _StreamState, completion_tokens: int | None, max_tokens: int) -> str | None:
+    """A stream that says (or shows) more tokens than were asked for: its numbers are not the request's."""
+    if completion_tokens is not None and completion_tokens > max_tokens:
+        field = "usage.completion_tokens" if (state.usage or {}).get("completion_tokens") is not None \
+            else "timings.predicted_n"
+        return f"malformed SSE: {field}: expected at most max_tokens {max_tokens}, found {completion_tokens}"
+    if len(state.chunk_ns) > max_tokens:
+        return (f"malformed SSE: expected at most max_tokens {max_tokens} token-carrying chunks, "
+                f"found {len(state.chunk_ns)}")
+    return None
 
 
 def _early_end(state: _StreamState, status: int | None, completion_tokens: int | None, max_tokens: int,

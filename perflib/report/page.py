@@ -362,7 +362,7 @@ def write_report(campaign: Campaign, data_dir: Path | None = None, reports_dir: 
     tables = tables if tables is not None else derive.build_and_write(campaign, data)
     manifests = [m for _, m in _manifests(campaign, data)]
     date = date or (page_date(manifests) if manifests else (trace_date(tables) or "undated"))
-    stem = f"{campaign.name}-{date}"
+    stem = f"{rundir.safe_name(campaign.name, 'campaign')}-{rundir.safe_name(date, 'page date')}"
     fig_dir = reports / stem
     drawn = {
         "batch_scaling": fig.plot_batch_scaling(tables),

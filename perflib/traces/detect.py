@@ -9,6 +9,7 @@ import re
 from pathlib import Path
 
 from perflib.errors import InputError
+from perflib.rundir import not_regular
 from perflib.traces import files, sqlite
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
@@ -46,6 +47,9 @@ def detect_format(path: str | Path) -> str:
         return "rocprofv3-dir"
     if not path.exists():
         raise InputError(path, None, "an existing trace file or rocprofv3 output directory", "nothing there")
+    problem = not_regular(path)
+    if problem is not None:  # a FIFO would block the read below forever, a device never end
+        raise InputError(path, None, "a trace file (a regular file) or rocprofv3 output directory", problem)
     with open(path, "rb") as fh:
         raw_head = fh.read(16)
     if raw_head.startswith(PARQUET_MAGIC):

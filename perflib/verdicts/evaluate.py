@@ -17,6 +17,7 @@ from perflib.classes import builtin_class_names, load_class_file
 from perflib.config import Campaign, CandidateSpec, GateSpec, parse_threshold
 from perflib.derive import DerivedTables
 from perflib.errors import InputError
+from perflib.runs import RUNS_COLUMNS
 from perflib.verdicts.measures import MEASUREMENTS, Scope, change_pct, higher_is_better
 
 CONFIRMED, RULED_OUT, INCONCLUSIVE, NOT_MEASURED = "confirmed", "ruled out", "inconclusive", "not measured"
@@ -234,9 +235,21 @@ def evaluate_gate(gate: GateSpec, tables: DerivedTables, ctx: Context) -> list[G
     return results
 
 
+GATE_COLUMNS = tuple(c for c in RUNS_COLUMNS if c not in
+                     ("campaign", "arm", "backend", "batch", "context", "repeat", "status"))
+"""The runs.csv figures a gate (or `change_pct`'s `column`) may name."""
+
+
 def check_campaign(campaign: Campaign) -> None:
     """What the campaign file alone cannot decide: every candidate (and fallback) names a registered
     measurement; an `InputError` names the key and its line, with the nearest name for a typo."""
+    for i, gate in enumerate(campaign.gates):
+        if gate.measure not in GATE_COLUMNS:
+            close = difflib.get_close_matches(gate.measure, GATE_COLUMNS, n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            key_path = f"gate[{i}].measure" if f"gate[{i}]" in getattr(campaign.lines, "lines", {}) else "gate.measure"
+            raise InputError(campaign.path, campaign.where(key_path),
+                             f"a runs.csv figure, one of {', '.join(GATE_COLUMNS)}", f"{gate.measure!r}{hint}")
     for cand, source in zip(campaign.candidates, campaign.candidate_sources, strict=True):
         for j, spec in enumerate((cand, *cand.fallback)):
             if spec.measure not in MEASUREMENTS:
