@@ -20,10 +20,10 @@ from perflib.traces.writers.nsys import write_nsys_sqlite
 
 PIPIT = ("external", "nsys", "pipit_saxpy-mpi-cuda_nsys_perlmutter0.sqlite")
 SECOND = 1_000_000_000
-COPY_NAMES = {"2024": {"Memcpy HtoD": "Memcpy Host-to-Device", "Memcpy DtoH": "Memcpy Device-to-Host"},
-              "2022": {"Memcpy HtoD": "Memcpy", "Memcpy DtoH": "Memcpy"}}
+COPY_NAMES = {version: {"Memcpy HtoD": "Memcpy Host-to-Device", "Memcpy DtoH": "Memcpy Device-to-Host"}
+              for version in ("2022", "2024")}
 """How the reader names the fixture's copies: by the export's copy-kind labels, or, in a 2022 export,
-which has no `ENUM_CUDA_MEMCPY_OPER`, plain `Memcpy`."""
+which has no `ENUM_CUDA_MEMCPY_OPER`, by CUPTI's copy kinds, which give the same labels."""
 
 
 def _query(path: Path, sql: str) -> list[tuple]:
@@ -67,10 +67,6 @@ def test_schema_version_of_the_2024_export(tmp_path: Path, cuda_dispatches: pd.D
     assert trace.meta["export_schema_version"] == "3.16.1"
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "reader bug: perflib.traces.nsys._session reads the export metadata only from META_DATA_EXPORT, but a "
-    "2022 export (the pipit fixture, schema 2.9.1) calls the table EXPORT_META_DATA, so "
-    "meta['export_schema_version'] is None for it"))
 def test_schema_version_of_the_2022_export(tmp_path: Path, cuda_dispatches: pd.DataFrame) -> None:
     trace = read_trace(write_nsys_sqlite(cuda_dispatches, tmp_path / "r.sqlite", version="2022"))
     assert trace.meta["export_schema_version"] == "2.9.1"
@@ -103,10 +99,11 @@ def test_the_2022_tables_are_those_of_the_real_2022_export(tmp_path: Path, cuda_
 
 
 def test_the_2022_fixture_reads_as_the_writers_2022_file_does(cuda_dispatches: pd.DataFrame) -> None:
-    """The same reader paths: kernels named by demangledName, copies named plain `Memcpy`."""
+    """The same reader paths: kernels named by demangledName, copies by CUPTI's copy kind."""
     trace = read_trace(fixture(*PIPIT))
     assert trace.meta["kernel_name_column"] == "demangledName"
-    assert set(trace.dispatches.loc[trace.dispatches["kind"] == "memcpy", "kernel"]) == {"Memcpy"}
+    assert set(trace.dispatches.loc[trace.dispatches["kind"] == "memcpy", "kernel"]) == {
+        "Memcpy Host-to-Device", "Memcpy Device-to-Host"}
 
 
 def test_the_2024_tables(tmp_path: Path, cuda_dispatches: pd.DataFrame) -> None:
@@ -196,12 +193,16 @@ def test_times_on_another_clock_are_kept_with_the_session_start_unknown(tmp_path
 
 
 def test_a_given_session_start(tmp_path: Path) -> None:
-    df = dispatch_frame([("k(int)", 5_000_000_000, 5_000_001_000)])
-    path = write_nsys_sqlite(df, tmp_path / "r.sqlite", session_start_ns=4_000_000_000, runtime=False)
+    """A Unix-ns session start (the reader shifts only by a start after 2000): written as
+    session-relative times, read back as the absolute ones."""
+    epoch = 1_764_000_000_000_000_000  # 2025-11-24
+    df = dispatch_frame([("k(int)", epoch + 1_000_000_000, epoch + 1_000_001_000)])
+    path = write_nsys_sqlite(df, tmp_path / "r.sqlite", session_start_ns=epoch, runtime=False)
     assert _query(path, "SELECT start FROM CUPTI_ACTIVITY_KIND_KERNEL") == [(1_000_000_000,)]
-    assert read_trace(path).dispatches["start_ns"].tolist() == [5_000_000_000]
+    trace = read_trace(path)
+    assert trace.dispatches["start_ns"].tolist() == [epoch + 1_000_000_000] and trace.clock == "realtime"
     with pytest.raises(ValueError, match="after the first time"):
-        write_nsys_sqlite(df, tmp_path / "late.sqlite", session_start_ns=6_000_000_000)
+        write_nsys_sqlite(df, tmp_path / "late.sqlite", session_start_ns=epoch + 2_000_000_000)
 
 
 def test_tables_are_written_lazily(tmp_path: Path) -> None:
