@@ -96,11 +96,13 @@ def test_counter_step_agrees_with_timings_and_client_at_short_context(swept):
     the client figure a median of chunk gaps while all requests decode; on 2 shared CPU cores a
     few long preempted steps lift the mean above the median (5–15% seen here), so 25%. A run whose
     chunks reached the client in bursts has no client step (None with the reason); at least one run
-    per batch must have one.
+    per batch must have one. A run whose level saw other processes' CPU above the threshold
+    (`contended`, the manifest says who) is left out of the client comparison, as the page leaves it
+    out of medians: on a shared machine its client figure measures the other job.
     """
     out, result, _ = swept
     for batch in BATCHES:
-        compared = 0
+        compared, contended = 0, []
         for run in (r for r in result["runs"] if r["batch"] == batch and r["context"] == SHORT):
             counter = run["decode_step_ms"]
             assert counter is not None and counter > 0
@@ -119,8 +121,13 @@ def test_counter_step_agrees_with_timings_and_client_at_short_context(swept):
             if client is None:
                 assert "bursts" in run["steady_step_reason"] or "no span" in run["steady_step_reason"]
                 continue
+            if run.get("contended"):
+                contended.append(run["contention_why"])
+                continue
             compared += 1
             assert abs(client - counter) / counter <= 0.25, (batch, run["repeat"], client, counter)
+        if compared == 0 and contended:
+            pytest.skip(f"batch {batch}: every run with a client step was contended: {contended[0]}")
         assert compared >= 1, [r["steady_step_reason"] for r in result["runs"] if r["batch"] == batch]
 
 
