@@ -97,6 +97,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--model", help="GGUF for --start-server (default: the project's random-weight test model)")
     parser.add_argument("--threads", type=int, help="llama-server --threads for --start-server")
     parser.add_argument("--timeout", type=float, default=600.0, help="per-request read timeout in s (default 600)")
+    parser.add_argument("--workers", type=int, default=1,
+                        help="processes to send each level's requests from (default 1); for servers that "
+                             "stream faster than one client process reads; records still go to one file")
     parser.add_argument("--json", action="store_true", help="print one JSON object with the per-level rows")
     from perflib.commands.campaign import contention_flags
 
@@ -114,7 +117,7 @@ def run(args: argparse.Namespace) -> int:
         args.base_url, args.batch, args.context, args.decode_tokens, args.repeats, args.out,
         endpoint=args.endpoint, dialect=args.dialect, start_server=args.start_server, model=args.model,
         threads=args.threads, progress=True, timeout=args.timeout,
-        contention=not args.no_contention, contention_threshold=args.contention_threshold,
+        contention=not args.no_contention, contention_threshold=args.contention_threshold, workers=args.workers,
     )
     incomplete = [str(r.run_dir) for r in result.results if r.status != "complete"]
     if args.json:
