@@ -19,6 +19,7 @@ from typing import Any
 import pandas as pd
 
 from perflib import derive, load, sweep
+from perflib.campaign import kernels
 from perflib.campaign.validate import load_campaign
 from perflib.config import Campaign, RunSpec
 from perflib.errors import PerflibError
@@ -109,7 +110,10 @@ KERNEL_LOG_LEVEL = "--IPKernelApp.log_level=ERROR"
 
 
 def execute_notebook(notebook: Path, output: Path, parameters: dict, kernel_name: str, cwd: Path) -> str | None:
-    """Run a notebook with papermill into `output`; returns None, or the error text if a cell raised."""
+    """Run a notebook with papermill into `output`; returns None, or the error text if a cell raised.
+
+    Inside `perflib.campaign.kernels.kernel_session` the notebook runs in the session's kernel
+    instead of a fresh one; the executed notebook is the same either way."""
     import papermill
     from papermill.exceptions import PapermillExecutionError
 
@@ -118,10 +122,12 @@ def execute_notebook(notebook: Path, output: Path, parameters: dict, kernel_name
     root = str(Path(__file__).resolve().parents[2])
     path = os.environ.get("PYTHONPATH", "")
     env = {"PYTHONPATH": root + (os.pathsep + path if path else "")} if root not in path.split(os.pathsep) else {}
+    session = kernels.current()  # inside `kernels.kernel_session`: this thread's kernel, kept between notebooks
     try:
         with _environment(env):
             papermill.execute_notebook(str(notebook), str(output), parameters=parameters, kernel_name=kernel_name,
-                                       progress_bar=False, cwd=str(cwd), extra_arguments=[KERNEL_LOG_LEVEL])
+                                       progress_bar=False, cwd=str(cwd), extra_arguments=[KERNEL_LOG_LEVEL],
+                                       engine_name=kernels.ENGINE if session is not None else None)
     except PapermillExecutionError as exc:
         return f"{output}: cell {exc.cell_index} raised {exc.ename}: {exc.evalue}"
     except KeyboardInterrupt:
