@@ -122,9 +122,9 @@ async def child(kind: str, base_url: str, concurrency: int, warmup: float, durat
         before = await asyncio.to_thread(metrics.scrape, base_url, client=scrape_client)
         tasks = [asyncio.create_task(worker()) for _ in range(concurrency)]
         await asyncio.sleep(warmup)
-        w0, cpu0 = mono(), time.process_time()
+        w0, cpu0, ru0 = mono(), time.process_time(), os.times()
         await asyncio.sleep(duration)
-        w1, cpu1 = mono(), time.process_time()
+        w1, cpu1, ru1 = mono(), time.process_time(), os.times()
         stop.set()  # no new requests; the ones in flight finish, so their chunks in the window count
         await asyncio.gather(*tasks, return_exceptions=True)
         after = await asyncio.to_thread(metrics.scrape, base_url, client=scrape_client)
@@ -141,6 +141,7 @@ async def child(kind: str, base_url: str, concurrency: int, warmup: float, durat
     errors = [rec.get("error") for rec in done if rec.get("error")]
     return {
         "client": kind, "event_loop": loop_name, "concurrency": concurrency, "window_s": (w1 - w0) / 1e9, "cpu_s": cpu1 - cpu0,
+        "user_s": ru1.user - ru0.user, "sys_s": ru1.system - ru0.system,
         "tokens": len(chunks), "cpu_us_per_token": (cpu1 - cpu0) * 1e6 / len(chunks) if chunks else None,
         "client_itl_median_ms": statistics.median(itl) if itl else None,
         "server_step_ms_counters": delta.get("decode_step_ms"),
@@ -148,6 +149,122 @@ async def child(kind: str, base_url: str, concurrency: int, warmup: float, durat
         "occupancy": delta.get("occupancy"), "requests_completed": len(completed), "errors": len(errors),
         "first_error": errors[0] if errors else None,
     }
+
+
+# --------------------------------------------------------------------------------------------
+# The client's ceiling: a local token source that streams as fast as it can
+
+
+def _frame(payload: bytes) -> bytes:
+    event = b"data: " + payload + b"\n\n"
+    return b"%x\r\n%s\r\n" % (len(event), event)
+
+
+TOKEN_FRAME = _frame(b'{"choices":[{"text":" tok","index":0,"logprobs":null,"finish_reason":null}],"created":1,'
+                     b'"model":"source","object":"text_completion","id":"chatcmpl-source"}')
+
+
+class _TokenSource(asyncio.Protocol):
+    """One connection of the token source: read the POST, stream `max_tokens` llama-server-shaped token
+    chunks (one write each, as a server that flushes every token does), then usage, [DONE], close."""
+
+    def connection_made(self, transport: Any) -> None:
+        self.transport, self.buf = transport, b""
+
+    def data_received(self, data: bytes) -> None:
+        self.buf += data
+        end = self.buf.find(b"\r\n\r\n")
+        if end < 0:
+            return
+        length = int(self.buf[:end].lower().split(b"content-length:")[1].split(b"\r\n")[0])
+        if len(self.buf) < end + 4 + length:
+            return
+        body = json.loads(self.buf[end + 4:end + 4 + length])
+        asyncio.get_running_loop().create_task(self.stream(int(body["max_tokens"])))
+
+    async def stream(self, n: int) -> None:
+        t = self.transport
+        t.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n"
+                b"Connection: close\r\n\r\n")
+        for i in range(n):
+            t.write(TOKEN_FRAME)
+            if i % 8 == 7:
+                await asyncio.sleep(0)  # let the other streams write too
+                if t.get_write_buffer_size() > 1 << 16:
+                    await asyncio.sleep(0.0005)  # the client is behind: do not buffer without bound
+        usage = {"completion_tokens": n, "prompt_tokens": 1, "total_tokens": n + 1}
+        t.write(_frame(json.dumps({"choices": [{"text": "", "index": 0, "finish_reason": "length"}],
+                                   "usage": usage, "id": "chatcmpl-source"}).encode()))
+        t.write(_frame(b"[DONE]") + b"0\r\n\r\n")
+        t.close()
+
+
+def serve_tokens(port: int) -> None:
+    """One token source process: listen on `port` (SO_REUSEPORT, so several processes share it and the
+    kernel spreads connections over them), print `ready`, serve until killed."""
+    from perflib import load
+
+    async def main() -> None:
+        server = await asyncio.get_running_loop().create_server(_TokenSource, "127.0.0.1", port, backlog=1024,
+                                                                reuse_port=True)
+        print("ready", flush=True)
+        await server.serve_forever()
+
+    load.run_async(main())
+
+
+def ceiling(base_url: str, streams: int, workers: int, max_tokens: int) -> dict[str, Any]:
+    """Streamed tokens/s that perflib's client sustains from `workers` processes against the token
+    source: one level's wave (`perflib.load.workers`, or this process for 1), its records written to
+    a run folder's requests.jsonl; CPU of this process and its workers per token."""
+    import resource
+    import tempfile
+
+    from perflib import load, rundir
+    from perflib.load import workers as worker_pool
+    from perflib.load.stream import stream_request
+
+    out = Path(tempfile.mkdtemp(prefix="perflib-ceiling-"))
+    sink = rundir.RunWriter(out)
+    clocks: dict[str, int] = {}
+    common = {"endpoint": "completions", "model": None, "ignore_eos": True, "extra_body": None, "batch": streams,
+              "context": 1, "repeat": 1, "timeout": 600.0}
+
+    def go() -> None:
+        clocks["start"] = mono()
+
+    async def one_process() -> list[Any]:
+        go()
+
+        async def one(i: int) -> Any:
+            rec = await stream_request(None, base_url, prompt=f"p{i}", max_tokens=max_tokens, request_id=str(i),
+                                       prompt_tokens=1, prompt_tokens_method="estimate", **common)
+            sink.request(rec)
+            return rec
+
+        return list(await asyncio.gather(*(one(i) for i in range(streams))))
+
+    async def in_workers() -> list[Any]:
+        jobs = [{"base_url": base_url, "max_tokens": max_tokens, "timeout": 600.0, "common": common,
+                 "requests": [{"request_id": str(i), "prompt": f"p{i}", "prompt_tokens": 1,
+                               "prompt_tokens_method": "estimate"} for i in share]}
+                for share in worker_pool.split(streams, workers)]
+        return await worker_pool.run_wave(jobs, sink.request, go)
+
+    r0, c0 = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    records = load.run_async(one_process() if workers == 1 else in_workers())
+    end = mono()
+    r1, c1 = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = sum(b - a for a, b in ((r0.ru_utime, r1.ru_utime), (r0.ru_stime, r1.ru_stime),
+                                 (c0.ru_utime, c1.ru_utime), (c0.ru_stime, c1.ru_stime)))
+    tokens = sum(len(r.chunk_ns) for r in records)
+    first = min(r.first_token_ns for r in records if r.first_token_ns)
+    last = max(r.last_token_ns for r in records if r.last_token_ns)
+    written = len(rundir.read_jsonl(out / rundir.REQUESTS))
+    return {"workers": workers, "streams": streams, "max_tokens": max_tokens, "tokens": tokens,
+            "failed": sum(1 for r in records if not r.ok), "records_in_file": written,
+            "tokens_per_s": tokens * 1e9 / (last - first), "level_s": (end - clocks["start"]) / 1e9,
+            "client_cpu_s": cpu, "cpu_us_per_token": cpu * 1e6 / tokens if tokens else None}
 
 
 # --------------------------------------------------------------------------------------------
@@ -162,11 +279,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--warmup", type=float, default=3.0, help="s before the window (prefills, ramp-up)")
     parser.add_argument("--duration", type=float, default=10.0, help="window length in s")
     parser.add_argument("--max-tokens", type=int, default=256)
+    parser.add_argument("--ceiling-workers", default="",
+                        help="also measure the client's ceiling against a local token source, with each of "
+                             "these worker counts, e.g. 1,2 (off by default)")
+    parser.add_argument("--ceiling-streams", type=int, default=64)
+    parser.add_argument("--ceiling-tokens", type=int, default=2000, help="tokens per stream of the ceiling")
+    parser.add_argument("--skip-server", action="store_true", help="only the ceiling, no llama-server")
+    parser.add_argument("--ceiling-sources", type=int, default=1, help="token source processes (one port)")
+    parser.add_argument("--serve-tokens", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--out", help="write the results as JSON here")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--base-url", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
 
+    if args.serve_tokens:
+        serve_tokens(args.serve_tokens)
+        return 0
     if args.child:
         from perflib import load
 
@@ -176,6 +304,34 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(result))
         return 0
 
+    results = [] if args.skip_server else llama_rows(args)
+    ceilings = ceiling_rows(args) if args.ceiling_workers else []
+    if args.out:
+        Path(args.out).write_text(json.dumps({**({"results": results} if results else {}), "ceiling": ceilings,
+                                              "max_tokens": args.max_tokens, "window_s": args.duration,
+                                              "warmup_s": args.warmup, "server_flags": SERVER_FLAGS,
+                                              "method": METHOD, "ceiling_method": CEILING_METHOD,
+                                              "ceiling_sources": args.ceiling_sources,
+                                              "cpus": os.cpu_count()}, indent=2))
+    return 0
+
+
+SERVER_FLAGS: list[str] = []
+METHOD = ""
+CEILING_METHOD = ("N streams of T tokens from a local token source (a uvloop process of this script writing "
+                  "llama-server-shaped chunks as fast as it can, one write per token) read by perflib's client "
+                  "from W worker processes (perflib.load.workers; W=1: one process, no workers) with records "
+                  "written to one requests.jsonl; tokens/s = token chunks / (last token - first token); CPU = "
+                  "user+sys of the client and its workers (getrusage SELF + CHILDREN) / token chunks")
+
+
+def _f(value: Any, fmt: str) -> str:
+    return "n/a" if value is None else fmt.format(value)
+
+
+def llama_rows(args: argparse.Namespace) -> list[dict[str, Any]]:
+    """Each client at each N against the local llama-server, in its own child process; prints the table."""
+    global METHOD
     from tabulate import tabulate
 
     from perflib import server
@@ -186,6 +342,7 @@ def main(argv: list[str] | None = None) -> int:
     handle = server.start_llama_server(server.ensure_test_model(), parallel=parallel,
                                        ctx_size=parallel * (64 + args.max_tokens + 64), threads=1,
                                        log_path=out_dir / "client_overhead_server.log")
+    SERVER_FLAGS[:] = handle.flags
     results = []
     try:
         for n in levels:
@@ -203,28 +360,57 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         handle.stop()
 
-    def f(value: Any, fmt: str) -> str:
-        return "n/a" if value is None else fmt.format(value)
-
-    table = [[r["concurrency"], f"{r['client']} ({r['event_loop']})", r["tokens"], f(r["cpu_s"], "{:.3f}"), f(r["cpu_us_per_token"], "{:.1f}"),
-              f(r["client_itl_median_ms"], "{:.2f}"), f(r["server_step_ms_counters"], "{:.2f}"),
-              f(r["server_step_ms_timings"], "{:.2f}"), f(r["occupancy"], "{:.2f}"), r["errors"]] for r in results]
+    f = _f
+    table = [[r["concurrency"], f"{r['client']} ({r['event_loop']})", r["tokens"], f(r["cpu_s"], "{:.3f}"),
+              f(r["cpu_us_per_token"], "{:.1f}"), f(r["client_itl_median_ms"], "{:.2f}"),
+              f(r["server_step_ms_counters"], "{:.2f}"), f(r["server_step_ms_timings"], "{:.2f}"),
+              f(r["occupancy"], "{:.2f}"), r["errors"]] for r in results]
     print(tabulate(table, headers=["N", "client", "tokens in window", "client CPU (s)", "CPU per token (us)",
                                    "client ITL median (ms)", "server step, counters (ms)",
                                    "server step, timings (ms)", "occupancy (slots/step)", "failed requests"],
                    disable_numparse=True))
-    method = (f"closed loop of N streams per client, {args.max_tokens} tokens each, /v1/completions, ignore_eos; "
-          f"window {args.duration:.0f} s after {args.warmup:.0f} s warm-up; CPU = time.process_time() of the "
-          "client's own process over the window (user+sys, all threads) / token-carrying chunks in the window; "
-          "server step: whole run, counters = 1000*dtokens_predicted_seconds/(dtokens_predicted - requests), "
-          "timings = sum predicted_ms / sum (n-1); client ITL median over chunks in the window; server: llama-server --parallel "
-          f"{parallel} -t 1, random-weight {server.ensure_test_model().name}; goal for perflib: <= 50 us/token at N=64")
-    print("\n" + method)
-    if args.out:
-        Path(args.out).write_text(json.dumps({"results": results, "max_tokens": args.max_tokens,
-                                              "window_s": args.duration, "warmup_s": args.warmup,
-                                              "server_flags": handle.flags, "method": method}, indent=2))
-    return 0
+    METHOD = (f"closed loop of N streams per client, {args.max_tokens} tokens each, /v1/completions, ignore_eos; "
+              f"window {args.duration:.0f} s after {args.warmup:.0f} s warm-up; CPU = time.process_time() of the "
+              "client's own process over the window (user+sys, all threads) / token-carrying chunks in the window; "
+              "server step: whole run, counters = 1000*dtokens_predicted_seconds/(dtokens_predicted - requests), "
+              "timings = sum predicted_ms / sum (n-1); client ITL median over chunks in the window; server: "
+              f"llama-server --parallel {parallel} -t 1, random-weight {server.ensure_test_model().name}; goals for "
+              "perflib: <= 25 us/token at N=64, server step within 1% of the step under the raw reader")
+    print("\n" + METHOD)
+    return results
+
+
+def ceiling_rows(args: argparse.Namespace) -> list[dict[str, Any]]:
+    """The client's ceiling at each worker count against the token source; prints the table."""
+    from tabulate import tabulate
+
+    from perflib.server import free_port
+
+    port = free_port()
+    sources = [subprocess.Popen([sys.executable, __file__, "--serve-tokens", str(port)], stdout=subprocess.PIPE,
+                                text=True) for _ in range(args.ceiling_sources)]
+    base_url = f"http://127.0.0.1:{port}"
+    rows = []
+    try:
+        for source in sources:
+            assert source.stdout is not None and source.stdout.readline().strip() == "ready"
+        for w in (int(x) for x in args.ceiling_workers.split(",")):
+            row = ceiling(base_url, args.ceiling_streams, w, args.ceiling_tokens)
+            rows.append(row)
+            print(f"ceiling W={w}: {row['tokens_per_s']:.0f} tokens/s, {row['cpu_us_per_token']:.1f} us/token, "
+                  f"{row['failed']} failed", file=sys.stderr)
+    finally:
+        for source in sources:
+            source.kill()
+            source.wait()
+    print(tabulate([[r["workers"], r["streams"], r["max_tokens"], r["tokens"], r["records_in_file"], r["failed"],
+                     f"{r['tokens_per_s']:.0f}", f"{r['level_s']:.2f}", _f(r["cpu_us_per_token"], "{:.1f}")]
+                    for r in rows],
+                   headers=["workers", "streams", "tokens each", "tokens", "records in file", "failed",
+                            "tokens/s", "level (s)", "client CPU per token (us)"], disable_numparse=True))
+    print(f"\n{CEILING_METHOD}; {args.ceiling_sources} token source process(es); {os.cpu_count()} CPUs here, "
+          "shared by the client and the source")
+    return rows
 
 
 if __name__ == "__main__":

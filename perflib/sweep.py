@@ -11,6 +11,7 @@ The figures of a run are computed from its folder alone by `perflib.runs.summari
 
 from __future__ import annotations
 
+import os
 import platform
 import shutil
 import sys
@@ -80,6 +81,7 @@ def run_level(
     extra_body: Mapping[str, Any] | None = None,
     contention: bool = True,
     contention_threshold: float = load.CPU_THRESHOLD,
+    workers: int = 1,
 ) -> LevelResult:
     """Measure one (batch, context, repeat) run into `<out_dir>/b<batch>_c<context>_r<repeat>/`.
 
@@ -97,6 +99,9 @@ def run_level(
     (`perflib.load.contention`: other processes' CPU, load, steal; the server found by its listening
     port is not "other") into `manifest["contention"]`; a contended level stays complete and says so,
     and `perflib campaign run` redoes it.
+
+    `workers` > 1 sends the level's requests from that many processes (`perflib.load.workers`) into
+    the same `requests.jsonl`; the manifest says how many.
     """
     run_dir = rundir.run_dir(out_dir, batch, context, repeat)
     if rundir.is_complete(run_dir):
@@ -106,7 +111,8 @@ def run_level(
     moved = rundir.move_aside(run_dir) if run_dir.exists() else None
     run_dir.mkdir(parents=True)
     manifest = {"campaign": campaign, "arm": arm, "backend": backend, **_started_manifest(
-        base_url, endpoint, batch, context, decode_tokens, repeat), "moved_aside": str(moved) if moved else None}
+        base_url, endpoint, batch, context, decode_tokens, repeat), "moved_aside": str(moved) if moved else None,
+        "workers": workers}
     rundir.write_manifest(run_dir, manifest)
     try:
         manifest["server"] = load.server_identity(base_url, flags=list(server.flags) if server else None,
@@ -130,7 +136,7 @@ def run_level(
             base_url, batch, context, decode_tokens, repeat, rundir.RunWriter(run_dir),
             endpoint=endpoint, model=manifest["server"].get("model"), dialect=dialect,
             ignore_eos=ignore_eos, extra_body=extra_body if extra_body is not None else _extra_body(manifest),
-            timeout=timeout,
+            timeout=timeout, workers=workers,
         ))
     finally:
         seen = sampler.stop() if contention else None
@@ -190,7 +196,7 @@ def _own_pids(base_url: str, server: Any) -> set[int]:
     listens on the URL's port where the URL is this host."""
     from urllib.parse import urlsplit
 
-    pids: set[int] = set()
+    pids: set[int] = {os.getpid()}  # and so this client's own load workers
     process = getattr(server, "process", None)
     if process is not None:
         pids.add(process.pid)
@@ -269,7 +275,7 @@ class SweepResult:
 
 def _run_plan(plan: list[tuple[int, int, int]], base_url: str, decode_tokens: int, out: Path, endpoint: str,
               dialect: str, handle: Any, timeout: float, progress: bool, result: SweepResult,
-              contention: bool = True, contention_threshold: float = load.CPU_THRESHOLD) -> None:
+              contention: bool = True, contention_threshold: float = load.CPU_THRESHOLD, workers: int = 1) -> None:
     """Every (batch, context, repeat) of the plan in turn; stops at a server that cannot be reached or
     that perflib started and that died, after the level's folder was marked incomplete."""
     from tqdm import tqdm
@@ -280,7 +286,7 @@ def _run_plan(plan: list[tuple[int, int, int]], base_url: str, decode_tokens: in
             bar.set_description(rundir.run_name(batch, context, repeat))
             res = run_level(base_url, batch, context, decode_tokens, repeat, out, endpoint=endpoint,
                             dialect=dialect, server=handle, timeout=timeout, contention=contention,
-                            contention_threshold=contention_threshold)
+                            contention_threshold=contention_threshold, workers=workers)
             result.results.append(res)
             if progress and res.summary.get("contended") and not res.skipped:
                 tqdm.write(f"perflib: {res.run_dir.name} contended: {res.summary.get('contention_why')}",
@@ -336,6 +342,7 @@ def sweep(
     timeout: float = 600.0,
     contention: bool = True,
     contention_threshold: float = load.CPU_THRESHOLD,
+    workers: int = 1,
 ) -> SweepResult:
     """Every (batch, context, repeat) as a run folder under `out_dir`, then one row per level.
 
@@ -348,6 +355,8 @@ def sweep(
     URL, after its manifest was marked incomplete; records already measured stay on disk.
     """
     _check_matrix(base_url, start_server, batches, contexts, decode_tokens, repeats)
+    if workers < 1:
+        raise PerflibError(f"--workers must be at least 1, got {workers}")
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     result = SweepResult(out_dir=out)
@@ -362,7 +371,7 @@ def sweep(
     plan = [(b, c, r) for b in batches for c in contexts for r in range(1, repeats + 1)]
     try:
         _run_plan(plan, base_url, decode_tokens, out, endpoint, dialect, handle, timeout, progress, result,
-                  contention, contention_threshold)
+                  contention, contention_threshold, workers)
     finally:
         if handle is not None:
             handle.stop()

@@ -19,6 +19,7 @@ from typing import Any
 import pandas as pd
 
 from perflib import derive, load, sweep
+from perflib.campaign import kernels
 from perflib.campaign.validate import load_campaign
 from perflib.config import Campaign, RunSpec
 from perflib.errors import PerflibError
@@ -62,7 +63,7 @@ def collect_run(campaign_file: str | Path, arm: str, backend: str, batch: int, c
               if server_flags is not None else None)
     result = sweep.run_level(base_url, batch, context, campaign.decode_tokens, repeat, run.run_dir(data).parent,
                              dialect=spec.dialect, server=server, campaign=campaign.name, arm=arm, backend=backend,
-                             contention=contention_threshold is not None,
+                             contention=contention_threshold is not None, workers=campaign.workers,
                              contention_threshold=(load.CPU_THRESHOLD if contention_threshold is None
                                                    else contention_threshold))
     if result.status != "complete":
@@ -108,28 +109,11 @@ KERNEL_LOG_LEVEL = "--IPKernelApp.log_level=ERROR"
 """The kernel logs errors only: no TCP warning per run."""
 
 
-def _quiet_kernel_manager() -> type:
-    """jupyter_client's kernel manager, but shutting a kernel down does not send it SIGINT first.
-
-    The stock shutdown interrupts the kernel before its shutdown_request, and an idle ipykernel that
-    the signal reaches outside a cell logs "[IPKernelApp] ERROR | KeyboardInterrupt caught in kernel":
-    an error line after a run that completed (seen twice in 18 runs of the demo). A finished notebook
-    has nothing to interrupt, so the shutdown request alone is sent; a kernel still busy at Ctrl-C is
-    stopped by the manager's own timeout and kill.
-    """
-    from jupyter_client.manager import AsyncKernelManager
-
-    class QuietShutdownKernelManager(AsyncKernelManager):
-        async def _async_interrupt_kernel(self) -> None:
-            if self.shutting_down:
-                return
-            await super()._async_interrupt_kernel()
-
-    return QuietShutdownKernelManager
-
-
 def execute_notebook(notebook: Path, output: Path, parameters: dict, kernel_name: str, cwd: Path) -> str | None:
-    """Run a notebook with papermill into `output`; returns None, or the error text if a cell raised."""
+    """Run a notebook with papermill into `output`; returns None, or the error text if a cell raised.
+
+    Inside `perflib.campaign.kernels.kernel_session` the notebook runs in the session's kernel
+    instead of a fresh one; the executed notebook is the same either way."""
     import papermill
     from papermill.exceptions import PapermillExecutionError
 
@@ -138,11 +122,13 @@ def execute_notebook(notebook: Path, output: Path, parameters: dict, kernel_name
     root = str(Path(__file__).resolve().parents[2])
     path = os.environ.get("PYTHONPATH", "")
     env = {"PYTHONPATH": root + (os.pathsep + path if path else "")} if root not in path.split(os.pathsep) else {}
+    session = kernels.current()  # inside `kernels.kernel_session`: this thread's kernel, kept between notebooks
     try:
         with _environment(env):
             papermill.execute_notebook(str(notebook), str(output), parameters=parameters, kernel_name=kernel_name,
                                        progress_bar=False, cwd=str(cwd), extra_arguments=[KERNEL_LOG_LEVEL],
-                                       kernel_manager_class=_quiet_kernel_manager())
+                                       kernel_manager_class=kernels.quiet_kernel_manager(),
+                                       engine_name=kernels.ENGINE if session is not None else None)
     except PapermillExecutionError as exc:
         return f"{output}: cell {exc.cell_index} raised {exc.ename}: {exc.evalue}"
     except KeyboardInterrupt:

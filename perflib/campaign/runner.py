@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from perflib import load, report, rundir
-from perflib.campaign import claims
+from perflib.campaign import claims, kernels
 from perflib.campaign.captures import collect_segment
 from perflib.campaign.guard import GpuGuard
 from perflib.campaign.notebooks import NOTEBOOKS, execute_notebook, find_kernel
@@ -182,31 +182,32 @@ def _serve_group(campaign: Campaign, arm: ArmSpec, backend: BackendSpec, group: 
     measured: list[RunSpec] = []
     current: RunSpec | None = None
     try:
-        for i, run in enumerate(group):
-            current = run
-            try:
-                served.ensure_running()
-            except PerflibError as exc:
-                for rest in group[i:]:
-                    state.fail(rest, data, f"server for {arm.name}/{backend.name} could not be started again: {exc}")
+        with kernels.kernel_session(how.kernel):  # one kernel for the group's collect notebooks
+            for i, run in enumerate(group):
+                current = run
+                try:
+                    served.ensure_running()
+                except PerflibError as exc:
+                    for rest in group[i:]:
+                        state.fail(rest, data, f"server for {arm.name}/{backend.name} could not be started again: {exc}")
+                    current = None
+                    break
+                if how.gpu is not None and served.current and served.current.handle:
+                    how.gpu.own_roots.add(served.current.handle.process.pid)
+                state.bar.set_postfix_str(run.label)
+                error = _measure(campaign, run, data, served, how, state.contended)
+                died = served.died()
+                if died and (error or not rundir.is_complete(run.run_dir(data))):
+                    rundir.mark_incomplete(run.run_dir(data), run.manifest_keys(), f"during this run the {died}")
+                    error = f"{error + '; ' if error else ''}{died}"
+                if error:
+                    state.fail(run, data, error, mark=False)  # _one_run marked it
+                else:
+                    state.done.append(run.label)
+                    state.bar.update(1)
+                measured.append(run)
+                held.refresh()
                 current = None
-                break
-            if how.gpu is not None and served.current and served.current.handle:
-                how.gpu.own_roots.add(served.current.handle.process.pid)
-            state.bar.set_postfix_str(run.label)
-            error = _measure(campaign, run, data, served, how, state.contended)
-            died = served.died()
-            if died and (error or not rundir.is_complete(run.run_dir(data))):
-                rundir.mark_incomplete(run.run_dir(data), run.manifest_keys(), f"during this run the {died}")
-                error = f"{error + '; ' if error else ''}{died}"
-            if error:
-                state.fail(run, data, error, mark=False)  # _one_run marked it
-            else:
-                state.done.append(run.label)
-                state.bar.update(1)
-            measured.append(run)
-            held.refresh()
-            current = None
     except KeyboardInterrupt:
         if current is not None:
             rundir.mark_incomplete(current.run_dir(data), current.manifest_keys(),

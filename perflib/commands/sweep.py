@@ -134,6 +134,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--threads", type=int_arg(1), help="llama-server --threads for --start-server")
     parser.add_argument("--timeout", type=float_arg(0, above=True), default=600.0,
                         help="per-request timeout in s, the whole request (default 600)")
+    parser.add_argument("--workers", type=int_arg(1), default=1,
+                        help="processes to send each level's requests from (default 1); for servers that "
+                             "stream faster than one client process reads; records still go to one file")
     parser.add_argument("--json", action="store_true", help="print one JSON object with the per-level rows")
     from perflib.commands.campaign import contention_flags
 
@@ -163,7 +166,7 @@ def run(args: argparse.Namespace) -> int:
         args.base_url, args.batch, args.context, args.decode_tokens, args.repeats, args.out,
         endpoint=args.endpoint, dialect=args.dialect, start_server=args.start_server, model=args.model,
         threads=args.threads, progress=True, timeout=args.timeout,
-        contention=not args.no_contention, contention_threshold=args.contention_threshold,
+        contention=not args.no_contention, contention_threshold=args.contention_threshold, workers=args.workers,
     )
     incomplete = [str(r.run_dir) for r in result.results if r.status == "incomplete"]
     unreadable = [(str(r.run_dir), r.errors[-1]) for r in result.results if r.status == sweep.UNREADABLE]

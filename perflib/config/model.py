@@ -331,6 +331,9 @@ class Campaign:
     contexts: tuple[int, ...] = field(metadata=key(check=non_empty_positive))
     decode_tokens: int = field(metadata=key(check=positive))
     repeats: int = field(default=1, metadata=key(check=positive))
+    workers: int = field(default=1, metadata=key(check=positive))
+    """Processes each level's requests are sent from (`perflib.load.workers`): more than one for
+    servers that stream faster than one client process reads."""
     arms: tuple[ArmSpec, ...] = field(default=(ArmSpec("default"),), metadata=key(resolve=_default_arms))
     gate: tuple[GateSpec, ...] = field(default=(), metadata=key(one_or_many=True))
     candidates: tuple[CandidateSpec, ...] = ()

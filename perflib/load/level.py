@@ -146,6 +146,8 @@ class LevelSpec:
     timeout: float = DEFAULT_TIMEOUT_S
     gauge_interval: float = GAUGE_INTERVAL_S
     scrape_metrics: bool = True
+    workers: int = 1
+    """Processes the requests are sent from (`perflib.load.workers`); 1: this process."""
 
     @property
     def name(self) -> str:
@@ -169,6 +171,7 @@ async def run_level_async(
     gauge_interval: float = GAUGE_INTERVAL_S,
     scrape_metrics: bool = True,
     on_started: Callable[[], None] | None = None,
+    workers: int = 1,
 ) -> LevelOutcome:
     """Measure one level: prompts, warm-up, `/metrics` before, N requests at once with gauges
     sampled, `/metrics` after the last request finished. Never raises for a fault of the server:
@@ -176,11 +179,17 @@ async def run_level_async(
 
     `clocks.start` is read just before the N requests are sent, `clocks.end` right after the
     last one finished. `on_started` is called right after they are sent (tests use it).
+
+    `workers` > 1 sends the requests from that many worker processes (`perflib.load.workers`,
+    round-robin), for servers that stream faster than one client process reads; everything
+    else (prompts, warm-up, scrapes, gauges, clocks, the sink) stays in this process.
     """
+    if workers < 1:
+        raise PerflibError(f"workers must be at least 1, not {workers}")
     if endpoint not in ENDPOINTS:
         raise PerflibError(f"endpoint must be one of {', '.join(ENDPOINTS)}, not {endpoint!r}")
     spec = LevelSpec(base_url, batch, context, decode_tokens, repeat, endpoint, model, dialect, ignore_eos,
-                     extra_body, timeout, gauge_interval, scrape_metrics)
+                     extra_body, timeout, gauge_interval, scrape_metrics, workers)
     outcome = LevelOutcome(records=[], prompt_tokens={"target": context, "measured": [], "method": None},
                            clocks={"start": None, "end": None},
                            metrics={"available": None, "dialect": dialect, "error": None,
@@ -272,22 +281,62 @@ class _Level:
         if gauges and s.gauge_interval > 0:
             gauge_task = asyncio.create_task(_sample_gauges(s.base_url, self.scrape_client, s.dialect, self.sink,
                                                             s.gauge_interval, stop, gauge_count))
-        outcome.clocks["start"] = now_clocks()
-        tasks = [asyncio.create_task(one(i)) for i in range(s.batch)]
-        if on_started is not None:
-            on_started()
         try:
-            outcome.records = list(await asyncio.gather(*tasks))
+            if s.workers > 1 and s.batch > 1:
+                outcome.records = await self._wave_in_workers(prompts, on_started)
+            else:
+                outcome.clocks["start"] = now_clocks()
+                tasks = [asyncio.create_task(one(i)) for i in range(s.batch)]
+                if on_started is not None:
+                    on_started()
+                outcome.records = list(await asyncio.gather(*tasks))
         finally:
             outcome.clocks["end"] = now_clocks()
             if gauge_task is not None:
                 stop.set()
                 await gauge_task
         outcome.gauge_samples = gauge_count[0]
+        if len(outcome.records) < s.batch:  # a worker died: its requests have no record
+            return
         failed = [r for r in outcome.records if not r.ok]
         if failed:
             outcome.errors.append(f"level {s.name}: {len(failed)} of {s.batch} requests failed "
                                   f"(first: {failed[0].error})")
+
+
+    async def _wave_in_workers(self, prompts: list[Prompt], on_started: Callable[[], None] | None
+                               ) -> list[RequestRecord]:
+        """The wave sent from `spec.workers` processes; `clocks.start` once all are ready to send.
+
+        A worker that fails leaves the records already written and an error naming how many requests
+        have none; the level is then incomplete."""
+        from perflib.load import workers
+
+        s, outcome = self.spec, self.outcome
+        common = dict(self._common())
+        common["extra_body"] = dict(s.extra_body) if s.extra_body is not None else None
+        jobs = [{"base_url": s.base_url, "max_tokens": s.decode_tokens, "timeout": s.timeout, "common": common,
+                 "requests": [{"request_id": f"{s.name}-{i}", "prompt": prompts[i].text,
+                               "prompt_tokens": prompts[i].tokens, "prompt_tokens_method": prompts[i].method}
+                              for i in share]}
+                for share in workers.split(s.batch, s.workers)]
+        written: list[RequestRecord] = []
+
+        def take(rec: RequestRecord) -> None:
+            written.append(rec)
+            self.sink.request(rec)
+
+        def go() -> None:
+            outcome.clocks["start"] = now_clocks()
+            if on_started is not None:
+                on_started()
+
+        try:
+            return await workers.run_wave(jobs, take, go)
+        except workers.WorkerFailed as exc:
+            outcome.errors.append(f"level {s.name}: {exc}; {s.batch - len(written)} of {s.batch} requests "
+                                  "have no record")
+            return written
 
 
 async def _scrape_or_note(base_url: str, client: httpx.Client, which: str, info: dict[str, Any], errors: list[str],

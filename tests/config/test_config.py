@@ -112,3 +112,10 @@ def test_expand_is_the_full_product_and_only_filters(tmp_path):
         config.parse_only(["size=2"])
 
 
+
+
+def test_workers_key_defaults_to_one_and_must_be_positive(tmp_path):
+    assert load_campaign(write(tmp_path, MINIMAL)).workers == 1
+    assert load_campaign(write(tmp_path, MINIMAL.replace("decode_tokens: 8\n", "decode_tokens: 8\nworkers: 4\n"))).workers == 4
+    with pytest.raises(InputError, match="workers .*expected a positive integer, found 0"):
+        load_campaign(write(tmp_path, MINIMAL.replace("decode_tokens: 8\n", "decode_tokens: 8\nworkers: 0\n")))
