@@ -9,7 +9,8 @@ import signal
 import pytest
 from jupyter_client.manager import AsyncKernelManager
 
-from perflib.campaign.notebooks import _quiet_kernel_manager, find_kernel
+from perflib.campaign.kernels import quiet_kernel_manager
+from perflib.campaign.notebooks import find_kernel
 
 
 def signals_sent_on_shutdown(manager_class: type) -> list[int]:
@@ -38,4 +39,4 @@ def signals_sent_on_shutdown(manager_class: type) -> list[int]:
 @pytest.mark.slow
 def test_the_stock_shutdown_interrupts_the_kernel_and_ours_does_not():
     assert signal.SIGINT in signals_sent_on_shutdown(AsyncKernelManager)  # the cause, as jupyter_client does it
-    assert signal.SIGINT not in signals_sent_on_shutdown(_quiet_kernel_manager())
+    assert signal.SIGINT not in signals_sent_on_shutdown(quiet_kernel_manager())
