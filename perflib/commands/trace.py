@@ -74,8 +74,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _read(path: str, pre: object):  # -> Trace; pre: prefetch.Prefetch | None
-    """The trace, from the prefetched Kineto columns where the child delivered them, else read as usual
-    (which also gives the precise error for a bad file)."""
+    """The trace, from the prefetched Kineto columns where the child delivered them, else the lean read
+    (`read_trace(lean=True)`: the dispatch columns a summary uses, memory bounded by the dispatches,
+    not the file; the same figures to the ns), which also gives the precise error for a bad file."""
     from pathlib import Path
 
     from perflib.errors import InputError
@@ -89,7 +90,7 @@ def _read(path: str, pre: object):  # -> Trace; pre: prefetch.Prefetch | None
             return kineto.build(cols, Path(path))
         except InputError:
             pass
-    return read_trace(path)
+    return read_trace(path, lean=True)
 
 
 def _window(args: argparse.Namespace, trace: object):  # -> tuple[Window | None, StepCount | None]
