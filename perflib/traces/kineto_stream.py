@@ -22,8 +22,9 @@ fills, each in file order, then a stable sort by start).
 
 from __future__ import annotations
 
-import gzip
 import json
+import zlib
+from collections.abc import Iterator
 from decimal import Decimal
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -46,10 +47,91 @@ _QUOTE, _BACKSLASH = 34, 92
 _OPEN, _CLOSE = (123, 91), (125, 93)
 
 
+def _gunzip(fh: BinaryIO) -> Iterator[bytes]:
+    """The file's bytes, gunzipped where it starts with the gzip magic (every member, as `gzip` reads
+    them), in pieces of about `BLOCK`: few, large zlib calls, each of which runs without the GIL."""
+    head = fh.read(2)
+    if head != files.GZIP_MAGIC:
+        yield head
+        while block := fh.read(BLOCK):
+            yield block
+        return
+    data = head
+    inflate, fresh = zlib.decompressobj(wbits=31), True
+    pending: list[bytes] = []
+    size = 0
+    while True:
+        if not data:
+            data = fh.read(BLOCK // 8)
+            if not data:
+                break
+        if fresh and not data.strip(b"\0"):  # zero padding after the last member
+            data = b""
+            continue
+        out = inflate.decompress(data, BLOCK)
+        fresh = False
+        data = inflate.unconsumed_tail
+        if inflate.eof:  # a member ends; what follows may be the next one
+            data = inflate.unused_data
+            inflate, fresh = zlib.decompressobj(wbits=31), True
+        if out:
+            pending.append(out)
+            size += len(out)
+        if size >= BLOCK:
+            yield b"".join(pending)
+            pending, size = [], 0
+    if not fresh:
+        raise EOFError("the gzip stream ends before its end marker (file cut?)")
+    if pending:
+        yield b"".join(pending)
+
+
+class _Blocks:
+    """The file's (gunzipped) blocks, read ahead by a thread: zlib and file reads release the GIL, so
+    on two cores the decompression overlaps the parse. At most `ahead` blocks wait in memory."""
+
+    def __init__(self, fh: BinaryIO, ahead: int = 2) -> None:
+        import queue
+        import threading
+
+        self.queue: queue.Queue = queue.Queue(maxsize=ahead)
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, args=(fh,), daemon=True, name="kineto-gunzip")
+        self.thread.start()
+
+    def _run(self, fh: BinaryIO) -> None:
+        import queue
+
+        blocks = _gunzip(fh)
+        while not self.stop.is_set():
+            try:
+                block: bytes | BaseException = next(blocks, b"")
+            except (OSError, EOFError, zlib.error) as exc:
+                block = exc
+            while not self.stop.is_set():
+                try:
+                    self.queue.put(block, timeout=0.1)
+                    break
+                except queue.Full:
+                    continue
+            if not block or isinstance(block, BaseException):
+                return
+
+    def read(self) -> bytes:
+        block = self.queue.get()
+        if isinstance(block, BaseException):
+            raise block
+        return block
+
+    def close(self) -> None:
+        self.stop.set()
+        self.thread.join()
+
+
 class _Text:
     """The gunzipped bytes of a file, read block by block into `buf` (what is not yet consumed)."""
 
-    def __init__(self, fh: BinaryIO, path: Path) -> None:
+    def __init__(self, fh: _Blocks, path: Path) -> None:
         self.fh, self.path, self.buf, self.eof, self.offset = fh, path, b"", False, 0
 
     def more(self) -> bool:
@@ -57,8 +139,8 @@ class _Text:
         if self.eof:
             return False
         try:
-            block = self.fh.read(BLOCK)
-        except (OSError, EOFError, gzip.BadGzipFile) as exc:
+            block = self.fh.read()
+        except (OSError, EOFError, zlib.error) as exc:
             raise InputError(self.path, f"byte {self.offset + len(self.buf)}", "a readable (gzip) file",
                              files.said(exc)) from exc
         if not block:
@@ -110,9 +192,8 @@ class _Text:
             return obj
 
 
-def _loads(chunk: bytes, exact: bool) -> list:
-    """The events of `[chunk]`; orjson, or the standard parser (NaN, or `exact`: Decimal floats)."""
-    text = b"[" + chunk + b"]"
+def _loads(text: bytes, exact: bool) -> list:
+    """The events of the array `text`; orjson, or the standard parser (NaN, or `exact`: Decimal floats)."""
     if not exact:
         import orjson
 
@@ -149,6 +230,17 @@ def _scan(region: bytes) -> tuple[int, int | None]:
     return (int(brackets[ends[-1]]) + 1 if ends.size else 0), close
 
 
+def _cuts(region: bytes) -> list[int]:
+    """Where a `}` may end the last whole event: before `,` and a newline first (no JSON string holds a
+    raw newline, so that `}` is outside any name), then before a bare `,`."""
+    out = []
+    for mark in (b"},\n", b"},\r\n", b"},"):
+        at = region.rfind(mark)
+        if at >= 0 and at not in out:
+            out.append(at)
+    return out[:_TRIES]
+
+
 def _next_chunk(text: _Text) -> tuple[list, bool, bytes]:
     """The next whole events of `traceEvents` (parsed), whether the array closed, and their text."""
     while True:
@@ -162,38 +254,33 @@ def _next_chunk(text: _Text) -> tuple[list, bool, bytes]:
         if len(text.buf) < BLOCK:
             text.more()
         region = text.buf
-        cut = len(region)
-        for _ in range(_TRIES):
-            cut = region.rfind(b"},", 0, cut)
-            if cut < 0:
-                break
+        for cut in _cuts(region):
+            doc = b"".join((b"[", memoryview(region)[:cut + 1], b"]"))
             try:
                 import orjson
 
-                events = orjson.loads(b"[" + region[:cut + 1] + b"]")
+                events = orjson.loads(doc)
             except orjson.JSONDecodeError:
                 continue
             text.consume(cut + 1)
-            return events, False, region[:cut + 1]
+            return events, False, doc
         end, close = _scan(region)
-        if close is not None:
-            chunk = region[:close]
-            text.consume(close + 1)
-            return _parse(chunk, text), True, chunk
-        if end:
-            chunk = region[:end]
-            text.consume(end)
-            return _parse(chunk, text), False, chunk
+        if close is not None or end:
+            upto = close if close is not None else end
+            doc = b"".join((b"[", memoryview(region)[:upto], b"]"))
+            text.consume(upto + (close is not None))
+            return _parse(doc, text), close is not None, doc
         if not text.more():
             raise InputError(text.path, f"byte {text.offset + len(text.buf)}", "complete JSON",
                              "the end of the file inside traceEvents (file cut?)")
 
 
-def _parse(chunk: bytes, text: _Text) -> list:
+def _parse(doc: bytes, text: _Text) -> list:
+    """The events of one cut (`[` + its text + `]`); a fault is an `InputError` naming its byte."""
     try:
-        return _loads(chunk, exact=False)
+        return _loads(doc, exact=False)
     except json.JSONDecodeError as exc:
-        raise InputError(text.path, f"byte {text.offset - len(chunk) + max(exc.pos - 1, 0)}", "complete JSON",
+        raise InputError(text.path, f"byte {text.offset - len(doc) + 2 + max(exc.pos - 1, 0)}", "complete JSON",
                          exc.msg) from exc
     except ValueError as exc:
         raise InputError(text.path, None, "JSON numbers of a sensible length", files.said(exc)) from exc
@@ -222,7 +309,9 @@ class _Names:
 
     def encode(self, values: list[str]) -> np.ndarray:
         codes = self.codes
-        return np.fromiter((codes.setdefault(v, len(codes)) for v in values), dtype=np.int32, count=len(values))
+        for v in dict.fromkeys(values):  # the distinct ones, in first-seen order: few
+            codes.setdefault(v, len(codes))
+        return np.fromiter(map(codes.__getitem__, values), dtype=np.int32, count=len(values))
 
     @property
     def names(self) -> list[str]:
@@ -243,11 +332,12 @@ def _split(cols: dict[str, list], cats: tuple[str, ...]) -> list[tuple[str, slic
 def read_kineto_lean(path: Path) -> Trace:
     """A Kineto trace (`.json` / `.json.gz`) -> Trace with a lean dispatch table, read as a stream."""
     path = Path(path)
-    with open(path, "rb") as raw:
-        magic = raw.read(2)
-    opener = gzip.open if magic == files.GZIP_MAGIC else open
-    with opener(path, "rb") as fh:
-        return _read(_Text(fh, path), path)
+    with open(path, "rb") as fh:
+        blocks = _Blocks(fh)
+        try:
+            return _read(_Text(blocks, path), path)
+        finally:
+            blocks.close()
 
 
 def _read(text: _Text, path: Path) -> Trace:
@@ -298,11 +388,64 @@ def _read(text: _Text, path: Path) -> Trace:
     return _trace(path, top, names, api_names, domains, gpu, api, markers, exact_any)
 
 
+_NO_ARGS: dict = {}
+_WANTED = frozenset((*kineto.GPU_KINDS, *kineto.API_CATS, *kineto.MARKER_CATS))
+
+
+def _fast_extract(events: list, path: Path) -> dict[str, Any] | None:
+    """`kineto.extract` of well-formed events at C speed (`map` over `dict.get`), without the columns
+    a lean table leaves out (device, stream); None where an event or its args is not an object, or a
+    `cat` is unhashable: then `kineto.extract` does it and names the fault."""
+    from itertools import repeat
+
+    get = dict.get
+    n = len(events)
+    try:
+        cats = list(map(get, events, repeat("cat", n)))
+        phs = list(map(get, events, repeat("ph", n), repeat("X", n)))
+        buckets: dict[str, list[int]] = {c: [] for c in _WANTED}
+        if cats.count("kernel") == n and phs.count("X") == n:
+            buckets["kernel"] = list(range(n))
+        else:
+            for i, (cat, ph) in enumerate(zip(cats, phs, strict=True)):
+                if cat in _WANTED and ph == "X":
+                    buckets[cat].append(i)
+
+        def columns(table: tuple[str, ...], host: bool) -> dict[str, list]:
+            index = [i for c in table for i in buckets[c]]
+            evs = events if len(buckets[table[0]]) == n else [events[i] for i in index]  # all of one category
+            k = len(evs)
+            args = list(map(get, evs, repeat("args", k), repeat(_NO_ARGS, k)))
+            if None in args:  # "args": null
+                args = [a if a is not None else _NO_ARGS for a in args]
+            cols = {
+                "index": index,
+                "name": list(map(str, map(get, evs, repeat("name", k), repeat("", k)))),
+                "ts": list(map(get, evs, repeat("ts", k))),
+                "dur": list(map(get, evs, repeat("dur", k), repeat(0, k))),
+                "correlation_id": list(map(get, args, repeat("correlation", k), repeat(-1, k))),
+                "cat": [c for c in table for c in [c] * len(buckets[c])],
+            }
+            if host:
+                cols["pid"] = list(map(get, evs, repeat("pid", k)))
+                cols["tid"] = list(map(get, evs, repeat("tid", k)))
+            return cols
+
+        return {"gpu": columns(tuple(kineto.GPU_KINDS), False), "api": columns(kineto.API_CATS, True),
+                "markers": columns(kineto.MARKER_CATS, True)}
+    except TypeError:  # an event or its args that is no object, an unhashable cat
+        return None
+
+
+def _extract(events: list, path: Path, exact: bool) -> dict[str, Any]:
+    return _fast_extract(events, path) or kineto.extract({"traceEvents": events}, path, exact=exact)
+
+
 def _reduce(events: list, chunk: bytes, seen: int, path: Path, names: _Names, api_names: _Names, domains: _Names,
             gpu: dict[str, _Table], api: dict[str, _Table], markers: dict[str, dict[str, list]]) -> bool:
     """One chunk's events into the tables; True where it needed decimal text (parsed again exactly)."""
     exact = False
-    cols = kineto.extract({"traceEvents": events}, path)
+    cols = _extract(events, path, False)
     for table in ("gpu", "api", "markers"):
         cols[table]["index"] = [i + seen for i in cols[table]["index"]]
     try:
@@ -310,7 +453,7 @@ def _reduce(events: list, chunk: bytes, seen: int, path: Path, names: _Names, ap
         kineto._times(cols["markers"], path)
     except kineto._NeedsText:
         exact = True
-        cols = kineto.extract({"traceEvents": _loads(chunk, exact=True)}, path, exact=True)
+        cols = _extract(_loads(chunk, exact=True), path, True)
         for table in ("gpu", "api", "markers"):
             cols[table]["index"] = [i + seen for i in cols[table]["index"]]
         times = {t: kineto._times(cols[t], path) for t in ("gpu", "api")}
