@@ -140,9 +140,13 @@ class _Text:
             return False
         try:
             block = self.fh.read()
-        except (OSError, EOFError, zlib.error) as exc:
-            raise InputError(self.path, f"byte {self.offset + len(self.buf)}", "a readable (gzip) file",
-                             files.said(exc)) from exc
+        except EOFError as exc:  # as files.read_bytes says it
+            raise InputError(self.path, f"byte {self.path.stat().st_size}", "a complete gzip stream",
+                             "the stream ends early (file cut?)") from exc
+        except zlib.error as exc:
+            raise InputError(self.path, None, "valid gzip data", files.said(exc)) from exc
+        except OSError as exc:
+            raise InputError(self.path, None, "a readable file", files.said(exc)) from exc
         if not block:
             self.eof = True
             return False
@@ -333,6 +337,10 @@ def read_kineto_lean(path: Path) -> Trace:
     """A Kineto trace (`.json` / `.json.gz`) -> Trace with a lean dispatch table, read as a stream."""
     path = Path(path)
     with open(path, "rb") as fh:
+        if files.is_gzip_name(path) and fh.read(2) != files.GZIP_MAGIC:
+            fh.seek(0)
+            raise InputError(path, "byte 0", "gzip data (magic bytes 1f 8b) for a .gz file", repr(fh.read(8)))
+        fh.seek(0)
         blocks = _Blocks(fh)
         try:
             return _read(_Text(blocks, path), path)

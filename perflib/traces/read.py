@@ -44,6 +44,7 @@ LEAN_READERS: dict[str, Callable[[Path], Trace]] = {
     "rocprofv3-dir": lambda p: rocprof_dir.read_directory(p, lean=True),
     "rocprofv3-csv": lambda p: rocprof_dir.read_csv_trace(p, lean=True),
     "rocpd": lambda p: rocpd.read_rocpd(p, lean=True),
+    "nsys-sqlite": lambda p: nsys.read_nsys(p, lean=True),
     "kineto": kineto_stream.read_kineto_lean,
 }
 """Format id -> its lean reader: dispatches as `schema.LEAN_DISPATCH_COLUMNS`, read with bounded memory."""

@@ -165,3 +165,38 @@ def test_lean_kineto_errors_name_the_fault(tmp_path: Path, text: str, where: str
     path.write_text(text)
     with pytest.raises(InputError, match=where.replace("[", r"\[").replace("]", r"\]")):
         kineto_stream.read_kineto_lean(path)
+
+
+def test_real_nsys_same_summary() -> None:
+    for path in fixture_paths("external/nsys/*.sqlite"):
+        assert_same_summary(path)
+
+
+@pytest.mark.parametrize("version", ["2022", "2024"])
+@pytest.mark.parametrize("with_markers", [False, True])
+@pytest.mark.parametrize("unix", [False, True])
+def test_generated_nsys_same_summary(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, version: str,
+                                     with_markers: bool, unix: bool) -> None:
+    """Chunked kernels, copies and fills; launches read only where NVTX ranges need them, and the
+    session-relative shift decided on the same times either way."""
+    from perflib.traces import nsys
+
+    monkeypatch.setattr(nsys, "LEAN_CHUNK", 5)
+    frame, truth = decode_trace(steps=6, layers=2, seed=7)
+    mixed = _mixed(7)
+    if unix:
+        for f in (frame, mixed):
+            f["start_ns"] += 1_760_000_000_000_000_000
+            f["end_ns"] += 1_760_000_000_000_000_000
+    markers = None
+    if with_markers:
+        shift = 1_760_000_000_000_000_000 if unix else 0
+        markers = pd.DataFrame({"name": [f"step {i}" for i in range(6)],
+                                "start_ns": [s + shift - 500 for s in truth["starts"]],
+                                "end_ns": [e + shift - 600 for e in truth["ends"]]})
+    frame["correlation_id"] = np.arange(1, len(frame) + 1, dtype=np.int64)
+    path = writers.write_nsys_sqlite(mixed if not with_markers else frame, tmp_path / "x.sqlite", markers=markers,
+                                     version=version)
+    assert_same_summary(path, **({"steps": r"^step \d+"} if with_markers else {}))
+    lean = read_trace(path, lean=True)
+    assert (len(lean.api) > 0) == with_markers
