@@ -80,8 +80,18 @@ def _read(path: str, pre: object):  # -> Trace; pre: prefetch.Prefetch | None
     from pathlib import Path
 
     from perflib.errors import InputError
-    from perflib.traces import read_trace
+    from perflib.traces import prefetch, read_trace
 
+    if isinstance(pre, prefetch.ArrowCSV):
+        parsed = pre.result()
+        if parsed is not None:
+            from perflib.traces import rocprof_csv, rocprof_dir
+
+            header, table = parsed
+            frame, meta = rocprof_csv.read_kernel_trace_lean(Path(path), header, table)
+            return rocprof_dir.trace_of_parts([{"dispatches": frame, "meta": {"table": rocprof_csv.KERNEL, **meta}}],
+                                              Path(path))
+        return read_trace(path, lean=True)
     cols = pre.result() if pre is not None else None
     if cols is not None:
         from perflib.traces import kineto
@@ -119,7 +129,8 @@ def run_summary(args: argparse.Namespace) -> int:
         from perflib.errors import PerflibError
 
         raise PerflibError(f"--top {args.top}: expected a count >= 0")
-    pre = prefetch.start(args.path)  # a large Kineto file is parsed in a child while pandas imports here
+    # a large Kineto file is parsed in a child, a large kernel_trace.csv in a thread, while pandas imports here
+    pre = prefetch.start(args.path) or prefetch.start_csv(args.path)
     from perflib import attribution, classes
 
     trace = _read(args.path, pre)

@@ -103,6 +103,16 @@ def _kernels(con: sqlite3.Connection, path: Path) -> pd.DataFrame:
     )
 
 
+def _fast_ints(values: tuple, path: Path, view: str, col: str, required: bool, offset: int) -> np.ndarray:
+    """`_ints` of a chunk, at C speed where every value is a plain int (the usual case)."""
+    if set(map(type, values)) == {int}:
+        try:
+            return np.array(values, dtype=np.int64)
+        except OverflowError:
+            pass
+    return _ints(list(values), path, view, col, required, offset)
+
+
 LEAN_CHUNK = 1 << 16
 """Rows fetched at a time by the lean read."""
 
@@ -125,11 +135,14 @@ def _lean(con: sqlite3.Connection, path: Path, view: str, wanted: dict[str, tupl
         cursor = con.execute(f"SELECT {', '.join(exprs)} FROM `{view}`")
         while rows := cursor.fetchmany(LEAN_CHUNK):
             name, start, end, corr = zip(*rows, strict=True)
-            parts["name"].append(np.fromiter((running.setdefault("" if v is None else str(v), len(running))
-                                              for v in name), dtype=np.int32, count=len(rows)))
-            parts["start_ns"].append(_ints(list(start), path, view, "start", True, done))
-            parts["end_ns"].append(_ints(list(end), path, view, "end", True, done))
-            parts["correlation_id"].append(_ints(list(corr), path, view, "corr_id"))
+            if set(map(type, name)) != {str}:
+                name = tuple("" if v is None else str(v) for v in name)
+            for v in dict.fromkeys(name):  # the distinct names, first seen first: few
+                running.setdefault(v, len(running))
+            parts["name"].append(np.fromiter(map(running.__getitem__, name), dtype=np.int32, count=len(rows)))
+            parts["start_ns"].append(_fast_ints(start, path, view, "start", True, done))
+            parts["end_ns"].append(_fast_ints(end, path, view, "end", True, done))
+            parts["correlation_id"].append(_fast_ints(corr, path, view, "corr_id", False, done))
             done += len(rows)
     except ERRORS as exc:
         raise InputError(path, f"view {view}", "a readable rocpd view", said(exc)) from exc

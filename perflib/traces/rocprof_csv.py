@@ -117,13 +117,14 @@ def read_kernel_trace(path: Path, header: list[str] | None = None) -> tuple[pd.D
     return frame, {"header_version": kernel_header_version(header), "columns": len(header)}
 
 
-def read_kernel_trace_lean(path: Path, header: list[str] | None = None) -> tuple[pd.DataFrame, dict]:
+def read_kernel_trace_lean(path: Path, header: list[str] | None = None, table: Any = None) -> tuple[pd.DataFrame, dict]:
     """`kernel_trace.csv` -> a lean dispatch table (`schema.LEAN_DISPATCH_COLUMNS`), for a summary.
 
     One pass of pyarrow's multi-threaded reader over only the name, start, end and correlation
     columns, the name dictionary-encoded per block: what stays in memory is about 24 bytes a dispatch
     whatever the names' length (the full read holds every name as a Python string). Times are
-    checked as in `read_kernel_trace`, and the rows come out in the same order.
+    checked as in `read_kernel_trace`, and the rows come out in the same order. `table`: those columns
+    already parsed (`prefetch.ArrowCSV`, while pandas imported).
     """
     import pyarrow as pa
 
@@ -137,8 +138,9 @@ def read_kernel_trace_lean(path: Path, header: list[str] | None = None) -> tuple
     corr = names.get("correlation_id")
     if corr:
         types[corr] = pa.int64()
-    table = csvread.read_arrow(path, header, types, {"start_timestamp", "end_timestamp", "correlation_id"},
-                               stream_gzip=True)
+    if table is None or set(table.column_names) != set(types):
+        table = csvread.read_arrow(path, header, types, {"start_timestamp", "end_timestamp", "correlation_id"},
+                                   stream_gzip=True)
     n = table.num_rows
     codes, distinct = csvread.dictionary_codes(table, names["kernel_name"])
     start = csvread.int_column(table, names["start_timestamp"], n, path, required=True)

@@ -34,9 +34,14 @@ def _trace(parts: list[dict[str, Any]], source: str, path: Path, meta: dict[str,
 
 def read_csv_trace(path: Path, lean: bool = False) -> Trace:
     """One rocprofv3 (or legacy rocprof) CSV file as a Trace (`lean`: its dispatches as a lean table)."""
-    parts = rocprof_csv.read_csv_file(path, lean)
-    source = parts.pop("source", rocprof_csv.SOURCE)
-    return _trace([parts], source, path, dict(parts.get("meta", {})))
+    return trace_of_parts([rocprof_csv.read_csv_file(path, lean)], path)
+
+
+def trace_of_parts(parts: list[dict[str, Any]], path: Path) -> Trace:
+    """The Trace of one CSV file's parts (`rocprof_csv.read_csv_file`)."""
+    part = parts[0]
+    source = part.pop("source", rocprof_csv.SOURCE)
+    return _trace([part], source, path, dict(part.get("meta", {})))
 
 
 def read_directory(directory: Path, lean: bool = False) -> Trace:

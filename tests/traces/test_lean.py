@@ -200,3 +200,28 @@ def test_generated_nsys_same_summary(tmp_path: Path, monkeypatch: pytest.MonkeyP
     assert_same_summary(path, **({"steps": r"^step \d+"} if with_markers else {}))
     lean = read_trace(path, lean=True)
     assert (len(lean.api) > 0) == with_markers
+
+
+@pytest.mark.parametrize("version", ["B", "D", "E"])
+def test_summary_command_with_the_csv_read_in_a_thread(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                        capsys: pytest.CaptureFixture, version: str) -> None:
+    """`trace summary` parses a large kernel_trace.csv in a thread while pandas imports: same JSON as
+    the full read, and a file the thread cannot parse still gets the reader's own error."""
+    from perflib.cli import main
+    from perflib.traces import prefetch
+
+    monkeypatch.setattr(prefetch, "CSV_MIN_BYTES", 0)
+    monkeypatch.setattr(prefetch.os, "cpu_count", lambda: 2)
+    frame = _mixed(8)
+    path = writers.write_kernel_trace_csv(frame[frame["kind"] == "kernel"], tmp_path / "x_kernel_trace.csv",
+                                          version=version)
+    assert isinstance(prefetch.start_csv(path), prefetch.ArrowCSV)
+    assert main(["trace", "summary", str(path), "--json", "--top", "1000"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    expected = summarize(read_trace(path), top=1000).to_dict()
+    assert {k: out[k] for k in expected} == expected
+    bad = tmp_path / "bad_kernel_trace.csv"
+    lines = path.read_text().splitlines()
+    bad.write_text("\n".join([*lines[:3], lines[3] + ",1", *lines[4:]]) + "\n")  # a column too many
+    assert main(["trace", "summary", str(bad)]) == 2
+    assert "line 4" in capsys.readouterr().err
