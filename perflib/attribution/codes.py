@@ -24,7 +24,14 @@ def kind_codes(dispatches: pd.DataFrame) -> tuple[np.ndarray, tuple[str, ...]]:
 def kernel_codes(kernel: pd.Series) -> tuple[np.ndarray, list[str]]:
     """Integer code per row and the distinct names; a missing name gets its own `<unnamed>` code."""
     if isinstance(kernel.dtype, pd.CategoricalDtype):
-        codes, names = kernel.cat.codes.to_numpy(np.int64), [str(c) for c in kernel.cat.categories]
+        # numbered by first appearance, as text is below, so that a lean table (categorical names)
+        # gives the very codes, names and ties of the full one; unused categories are dropped
+        raw = kernel.cat.codes.to_numpy()
+        if raw.size and raw.min() < 0:
+            raw = np.where(raw < 0, np.nan, raw)  # missing: the trailing `<unnamed>` code, as for text
+        first, used = pd.factorize(raw, sort=False)
+        categories = kernel.cat.categories
+        codes, names = first.astype(np.int64), [str(categories[int(u)]) for u in used]
     else:
         raw, uniques = pd.factorize(kernel, sort=False)
         codes, names = raw.astype(np.int64), [str(u) for u in uniques]

@@ -102,13 +102,24 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _read(path: str, pre: object):  # -> Trace; pre: prefetch.Prefetch | None
-    """The trace, from the prefetched Kineto columns where the child delivered them, else read as usual
-    (which also gives the precise error for a bad file)."""
+    """The trace, from the prefetched Kineto columns where the child delivered them, else the lean read
+    (`read_trace(lean=True)`: the dispatch columns a summary uses, memory bounded by the dispatches,
+    not the file; the same figures to the ns), which also gives the precise error for a bad file."""
     from pathlib import Path
 
     from perflib.errors import InputError
-    from perflib.traces import read_trace
+    from perflib.traces import prefetch, read_trace
 
+    if isinstance(pre, prefetch.ArrowCSV):
+        parsed = pre.result()
+        if parsed is not None:
+            from perflib.traces import rocprof_csv, rocprof_dir
+
+            header, table = parsed
+            frame, meta = rocprof_csv.read_kernel_trace_lean(Path(path), header, table)
+            return rocprof_dir.trace_of_parts([{"dispatches": frame, "meta": {"table": rocprof_csv.KERNEL, **meta}}],
+                                              Path(path))
+        return read_trace(path, lean=True)
     cols = pre.result() if pre is not None else None
     if cols is not None:
         from perflib.traces import kineto
@@ -117,7 +128,7 @@ def _read(path: str, pre: object):  # -> Trace; pre: prefetch.Prefetch | None
             return kineto.build(cols, Path(path))
         except InputError:
             pass
-    return read_trace(path)
+    return read_trace(path, lean=True)
 
 
 def _window(args: argparse.Namespace, trace: object):  # -> tuple[Window | None, StepCount | None]
@@ -142,7 +153,12 @@ def run_summary(args: argparse.Namespace) -> int:
     """Read the trace, summarise the window, print a table or one JSON object."""
     from perflib.traces import prefetch
 
-    pre = prefetch.start(args.path)  # a large Kineto file is parsed in a child while pandas imports here
+    if args.top < 0:
+        from perflib.errors import PerflibError
+
+        raise PerflibError(f"--top {args.top}: expected a count >= 0")
+    # a large Kineto file is parsed in a child, a large kernel_trace.csv in a thread, while pandas imports here
+    pre = prefetch.start(args.path) or prefetch.start_csv(args.path)
     from perflib import attribution, classes
 
     trace = _read(args.path, pre)

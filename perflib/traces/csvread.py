@@ -91,8 +91,10 @@ def locate_error(path: Path, header: list[str], int_columns: set[str], arrow_mes
     return InputError(path, None, "CSV that pyarrow can parse", arrow_message)
 
 
-def read_arrow(path: Path, header: list[str], types: dict[str, Any], int_columns: set[str]) -> Any:
-    """pyarrow table of the columns in `types` (keys are names as written)."""
+def read_arrow(path: Path, header: list[str], types: dict[str, Any], int_columns: set[str],
+               stream_gzip: bool = False) -> Any:
+    """pyarrow table of the columns in `types` (keys are names as written). `stream_gzip`: a gzip file
+    is decompressed as it is parsed rather than into memory first (the lean read's bounded memory)."""
     import pyarrow as pa
     import pyarrow.csv as pacsv
 
@@ -100,7 +102,8 @@ def read_arrow(path: Path, header: list[str], types: dict[str, Any], int_columns
     with open(path, "rb") as fh:
         magic = fh.read(2)
     if magic == files.GZIP_MAGIC or files.is_gzip_name(path):
-        source = io.BytesIO(files.read_bytes(path))
+        source = (pa.CompressedInputStream(pa.OSFile(str(path)), "gzip") if stream_gzip and magic == files.GZIP_MAGIC
+                  else io.BytesIO(files.read_bytes(path)))
     try:
         return pacsv.read_csv(
             source,
@@ -157,6 +160,23 @@ def agent_number(value: str | None) -> int:
         return -1
     number = int(match.group(1))
     return number if -(2**63) <= number < 2**63 else -1
+
+
+def dictionary_codes(table: Any, name: str) -> tuple[np.ndarray, list[str]]:
+    """int32 codes and the distinct values of a column read as `dictionary<int32, string>`.
+
+    pyarrow gives each block its own dictionary; one running dictionary in first-seen order maps them
+    all, so only the distinct values of each block pass through Python, never a row's text.
+    """
+    running: dict[str, int] = {}
+    parts = []
+    for chunk in table.column(name).chunks:
+        values = chunk.dictionary.to_pylist()
+        remap = np.array([running.setdefault(v, len(running)) for v in values], dtype=np.int32)
+        parts.append(remap[chunk.indices.to_numpy(zero_copy_only=False)] if len(values) else
+                     np.zeros(len(chunk), dtype=np.int32))
+    codes = np.concatenate(parts) if parts else np.zeros(0, dtype=np.int32)
+    return codes, list(running)
 
 
 def string_column(table: Any, name: str) -> pd.Series:

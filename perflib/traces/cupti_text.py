@@ -50,11 +50,23 @@ def _pairs(text: str) -> dict[str, int]:
     return out
 
 
+_TAIL = re.compile(r"(?:\s*,\s*[A-Za-z][A-Za-z_]*\s+-?\d+)*\s*,?\s*")
+"""What follows a record's quoted name: `, key value` pairs only (`, correlationId 7, cbid 17, ...`)."""
+
+
 def _split_name(rest: str) -> tuple[str | None, str]:
-    """A leading quoted name and what follows it."""
+    """A leading quoted name and what follows it.
+
+    The sample prints names unescaped, so a name may hold `", `: the name ends at the last quote
+    after which only `, key value` pairs follow (every kernel and API record goes on that way); where
+    none does, at the first `",`.
+    """
     rest = rest.strip()
     if not rest.startswith('"'):
         return None, rest
+    last = rest.rfind('"')
+    if last > 0 and _TAIL.fullmatch(rest, last + 1):
+        return rest[1:last], rest[last + 1 :]
     end = rest.find('",', 1)
     if end < 0:
         end = rest.rfind('"')

@@ -111,11 +111,58 @@ def _activity_frame(rows: list[tuple], path: Path, table: str, kind: str) -> pd.
     )
 
 
+LEAN_CHUNK = 1 << 16
+"""Rows fetched at a time by the lean read."""
+
+
+def _lean_frame(con: sqlite3.Connection, path: Path, sql: str, table: str, kind: str,
+                name: Any = None) -> pd.DataFrame:
+    """Rows `(start, end, deviceId, streamId, correlationId, name, ...)` of one activity table as a lean
+    dispatch table (`schema.LEAN_DISPATCH_COLUMNS`), fetched `LEAN_CHUNK` rows at a time, checked as
+    `_activity_frame` checks them. `name(row)` gives a row's name where column 5 is not it."""
+    running: dict[str, int] = {}
+    codes, starts, ends, corrs = [], [], [], []
+    done = 0
+    try:
+        cursor = con.execute(sql)
+        while rows := cursor.fetchmany(LEAN_CHUNK):
+            s, e = _times_at(rows, path, table, done)
+            starts.append(s)
+            ends.append(e)
+            corrs.append(_ints([r[4] for r in rows]))
+            texts = (("" if r[5] is None else str(r[5])) for r in rows) if name is None else map(name, rows)
+            codes.append(np.fromiter((running.setdefault(t, len(running)) for t in texts), dtype=np.int32,
+                                     count=len(rows)))
+            done += len(rows)
+    except ERRORS as exc:
+        raise InputError(path, f"table {table}", "a table as in an nsys SQLite export (FORMATS.md §2.1)",
+                         said(exc)) from exc
+
+    def joined(parts: list[np.ndarray], dtype: Any) -> np.ndarray:
+        return np.concatenate(parts) if parts else np.zeros(0, dtype=dtype)
+
+    return schema.lean_dispatch_frame(joined(codes, np.int32), list(running), joined(starts, np.int64),
+                                      joined(ends, np.int64), joined(corrs, np.int64), kind, SOURCE, path,
+                                      lambda i: f"table {table}, row {i + 1}")
+
+
+def _times_at(rows: list[tuple], path: Path, table: str, offset: int) -> tuple[np.ndarray, np.ndarray]:
+    """`_times` of rows that come `offset` rows into the table: the error names the table's row."""
+    try:
+        return _times(rows, path, table)
+    except InputError as exc:
+        import re
+
+        where = re.sub(r"row (\d+)", lambda m: f"row {int(m.group(1)) + offset}", str(exc.where or ""), count=1)
+        raise InputError(path, where, exc.expected, exc.found) from None
+
+
 KERNELS = "CUPTI_ACTIVITY_KIND_KERNEL"
 RUNTIME = "CUPTI_ACTIVITY_KIND_RUNTIME"
 
 
-def _kernels(con: sqlite3.Connection, path: Path, names: set[str]) -> tuple[pd.DataFrame | None, str | None]:
+def _kernels(con: sqlite3.Connection, path: Path, names: set[str],
+             lean: bool = False) -> tuple[pd.DataFrame | None, str | None]:
     """Kernels, named through `StringIds` (demangledName, else shortName; a very old export has text)."""
     if KERNELS not in names:
         return None, None
@@ -126,12 +173,14 @@ def _kernels(con: sqlite3.Connection, path: Path, names: set[str]) -> tuple[pd.D
     strings = "StringIds" in names
     name_expr = f"COALESCE(s.value, k.{name_col})" if strings else f"k.{name_col}"
     join = f"LEFT JOIN StringIds s ON s.id = k.{name_col}" if strings else ""
-    rows = _fetch(con, path, f"SELECT k.start, k.end, k.deviceId, k.streamId, k.correlationId, {name_expr} "
-                             f"FROM {KERNELS} k {join}", f"table {KERNELS}")
+    sql = f"SELECT k.start, k.end, k.deviceId, k.streamId, k.correlationId, {name_expr} FROM {KERNELS} k {join}"
+    if lean:
+        return _lean_frame(con, path, sql, KERNELS, "kernel"), name_col
+    rows = _fetch(con, path, sql, f"table {KERNELS}")
     return _activity_frame(rows, path, KERNELS, "kernel"), name_col
 
 
-def _copies_and_sets(con: sqlite3.Connection, path: Path, names: set[str]) -> list[pd.DataFrame]:
+def _copies_and_sets(con: sqlite3.Connection, path: Path, names: set[str], lean: bool = False) -> list[pd.DataFrame]:
     """Memcpy rows named by their copy kind (the export's enum table, else CUPTI's numbering) and memset rows."""
     frames = []
     for table, kind in (("CUPTI_ACTIVITY_KIND_MEMCPY", "memcpy"), ("CUPTI_ACTIVITY_KIND_MEMSET", "memset")):
@@ -141,12 +190,19 @@ def _copies_and_sets(con: sqlite3.Connection, path: Path, names: set[str]) -> li
             enum = "ENUM_CUDA_MEMCPY_OPER" in names
             label = "o.label" if enum else "NULL"
             join = "LEFT JOIN ENUM_CUDA_MEMCPY_OPER o ON o.id = t.copyKind" if enum else ""
-            rows = _fetch(con, path, f"SELECT t.start, t.end, t.deviceId, t.streamId, t.correlationId, {label}, "
-                                     f"t.copyKind FROM {table} t {join}", f"table {table}")
+            sql = (f"SELECT t.start, t.end, t.deviceId, t.streamId, t.correlationId, {label}, t.copyKind "
+                   f"FROM {table} t {join}")
+            if lean:
+                frames.append(_lean_frame(con, path, sql, table, kind, lambda r: _copy_name(r[5], r[6])))
+                continue
+            rows = _fetch(con, path, sql, f"table {table}")
             rows = [(*r[:5], _copy_name(r[5], r[6])) for r in rows]
         else:
-            rows = _fetch(con, path, f"SELECT t.start, t.end, t.deviceId, t.streamId, t.correlationId, 'Memset' "
-                                     f"FROM {table} t", f"table {table}")
+            sql = f"SELECT t.start, t.end, t.deviceId, t.streamId, t.correlationId, 'Memset' FROM {table} t"
+            if lean:
+                frames.append(_lean_frame(con, path, sql, table, kind))
+                continue
+            rows = _fetch(con, path, sql, f"table {table}")
         frames.append(_activity_frame(rows, path, table, kind))
     return frames
 
@@ -172,6 +228,23 @@ def _runtime(con: sqlite3.Connection, path: Path, names: set[str]) -> pd.DataFra
     return schema.api_frame({"name": ["" if r[4] is None else str(r[4]) for r in rows], "start_ns": s, "end_ns": e, "pid": pid, "tid": tid,
                              "correlation_id": _ints([r[3] for r in rows]), "domain": "cuda_runtime"},
                             SOURCE, path, lambda i: f"table {RUNTIME}, row {i + 1}")
+
+
+def _runtime_span(con: sqlite3.Connection, path: Path, names: set[str]) -> pd.DataFrame | None:
+    """The runtime calls' first start and last end (what `_shift_to_unix` weighs), by SQL aggregates and
+    without reading the calls; None where a time is not an integer (`_runtime` then names the row)."""
+    if RUNTIME not in names:
+        return schema.empty_api(SOURCE)
+    (first, last, count, odd), = _fetch(
+        con, path, f"SELECT MIN(start), MAX(end), COUNT(*), SUM(typeof(start) != 'integer' OR typeof(end) != "
+                   f"'integer') FROM {RUNTIME}", f"table {RUNTIME}")
+    if odd:
+        return None
+    import pandas as pd
+
+    rows = 1 if count else 0
+    return pd.DataFrame({"start_ns": np.full(rows, first if count else 0, np.int64),
+                         "end_ns": np.full(rows, last if count else 0, np.int64)})
 
 
 def _nvtx(con: sqlite3.Connection, path: Path, names: set[str]) -> pd.DataFrame:
@@ -238,21 +311,25 @@ def _shift_to_unix(tables: tuple[pd.DataFrame, ...], session: dict[str, Any]) ->
     return True, f"session-relative times{within}, shifted by utcEpochNs {epoch}"
 
 
-def read_nsys(path: Path) -> Trace:
-    """An nsys SQLite export -> Trace."""
+def read_nsys(path: Path, lean: bool = False) -> Trace:
+    """An nsys SQLite export -> Trace; `lean`: the dispatches as a lean table fetched in chunks, and the
+    runtime calls read only where there are NVTX ranges to place on the kernels they launched (the only
+    use a summary has for them; `meta["api"]` says so)."""
     path = Path(path)
     try:
         with reading(path) as con:
             names = objects(con)
-            kernels, name_col = _kernels(con, path, names)
-            frames = ([kernels] if kernels is not None else []) + _copies_and_sets(con, path, names)
-            api, markers = _runtime(con, path, names), _nvtx(con, path, names)
+            kernels, name_col = _kernels(con, path, names, lean)
+            frames = ([kernels] if kernels is not None else []) + _copies_and_sets(con, path, names, lean)
+            markers = _nvtx(con, path, names)
+            span = None if not lean or len(markers) else _runtime_span(con, path, names)
+            api = _runtime(con, path, names) if span is None else schema.empty_api(SOURCE)
             session = _session(con, path, names)
             opened = con.open_note or "mode=ro"
     except ERRORS as exc:  # a damaged page met anywhere in the file
         raise InputError(path, None, "a readable SQLite database", said(exc)) from exc
     dispatches = schema.concat(frames or [schema.empty_dispatches(SOURCE)], schema.DISPATCH_COLUMNS)
-    relative, why = _shift_to_unix((dispatches, api, markers), session)
+    relative, why = _shift_to_unix((dispatches, api, markers, span if span is not None else api.iloc[:0]), session)
     export = session["export"]
     meta = {
         "kernel_name_column": name_col,
@@ -267,4 +344,7 @@ def read_nsys(path: Path) -> Trace:
         "to_unix_ns": 0 if relative else None,
         "sqlite_open": opened,
     }
+    if lean:
+        meta["lean"] = True
+        meta["api"] = "read" if len(markers) else "not read (no NVTX ranges: a summary does not use launches)"
     return Trace(dispatches, api, markers, "realtime" if relative else "unknown", SOURCE, str(path), meta)

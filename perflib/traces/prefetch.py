@@ -1,4 +1,5 @@
-"""Parse a large Kineto trace in a forked child while the parent imports pandas and numpy.
+"""Parse a large Kineto trace in a forked child (a large rocprofv3 CSV in a thread) while the parent
+imports pandas and numpy.
 
 `perflib trace summary` on a 30 MB Kineto trace spends about a third of its time importing pandas,
 numpy and perflib's attribution before it can use the parsed trace. The JSON parse and the event
@@ -79,6 +80,70 @@ def _json_bytes(path: Path) -> int:
             return size
         f.seek(-4, os.SEEK_END)
         return int.from_bytes(f.read(4), "little")
+
+
+CSV_MIN_BYTES = 16 << 20
+"""Below this much CSV the read is shorter than the imports a thread would overlap."""
+LEAN_KERNEL_COLUMNS = ("kernel_name", "start_timestamp", "end_timestamp", "correlation_id")
+"""What the lean read of a kernel_trace.csv parses (`rocprof_csv.read_kernel_trace_lean`)."""
+
+
+class ArrowCSV:
+    """A rocprofv3 `kernel_trace.csv`'s lean columns parsed by pyarrow in a thread while the caller
+    imports pandas: pyarrow's reader runs without the GIL, pandas' import holds it, so on two cores
+    they overlap. `result()` is (header, pyarrow table), or None on any fault (read it normally then)."""
+
+    def __init__(self, path: Path, header: list[str]) -> None:
+        import threading
+
+        self.path, self.header, self._value = path, header, None
+        self._thread = threading.Thread(target=self._run, daemon=True, name="csv-prefetch")
+        self._thread.start()
+
+    def _run(self) -> None:
+        try:
+            import pyarrow as pa
+            import pyarrow.csv as pacsv
+
+            names = {h.strip().lower(): h for h in self.header}
+            types = {names[c]: pa.int64() for c in LEAN_KERNEL_COLUMNS[1:] if c in names}
+            types[names["kernel_name"]] = pa.dictionary(pa.int32(), pa.string())
+            table = pacsv.read_csv(
+                str(self.path), read_options=pacsv.ReadOptions(block_size=1 << 24),
+                convert_options=pacsv.ConvertOptions(include_columns=list(types), column_types=types,
+                                                     strings_can_be_null=False, quoted_strings_can_be_null=False))
+            self._value = (self.header, table)
+        except Exception:  # noqa: BLE001 - any fault: the caller reads the file itself, with the precise error
+            self._value = None
+
+    def result(self) -> tuple[list[str], Any] | None:
+        self._thread.join()
+        return self._value
+
+
+def start_csv(path: str | Path, min_bytes: int | None = None) -> ArrowCSV | None:
+    """Start parsing a plain (not gzipped) rocprofv3 kernel_trace.csv of `min_bytes` or more in a thread,
+    on two or more cores; None otherwise."""
+    import csv
+
+    path = Path(path)
+    min_bytes = CSV_MIN_BYTES if min_bytes is None else min_bytes
+    try:
+        if not path.is_file() or path.stat().st_size < min_bytes or (os.cpu_count() or 1) < 2:
+            return None
+        if detect_format(path) != "rocprofv3-csv":
+            return None
+        with open(path, "rb") as f:
+            if f.read(2) == b"\x1f\x8b":
+                return None
+            f.seek(0)
+            header = next(csv.reader([f.readline().decode("utf-8").rstrip("\r\n")]))
+    except (OSError, PerflibError, UnicodeDecodeError, csv.Error, StopIteration):
+        return None
+    cols = {h.strip().lower() for h in header}
+    if not {"kernel_name", "start_timestamp", "end_timestamp", "agent_id"} <= cols or "counter_name" in cols:
+        return None
+    return ArrowCSV(path, header)
 
 
 def start(path: str | Path, min_bytes: int = MIN_BYTES, max_bytes: int = MAX_BYTES) -> Prefetch | None:

@@ -10,7 +10,17 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from perflib.traces import cupti_text, kineto, nsys, parquet, rocpd, rocprof_csv, rocprof_dir, rocprof_json
+from perflib.traces import (
+    cupti_text,
+    kineto,
+    kineto_stream,
+    nsys,
+    parquet,
+    rocpd,
+    rocprof_csv,
+    rocprof_dir,
+    rocprof_json,
+)
 from perflib.traces.detect import detect_format
 from perflib.traces.trace import Trace
 
@@ -30,10 +40,29 @@ READERS: dict[str, Callable[[Path], Trace]] = {
 """Format id (`perflib.traces.detect.detect_format`) -> its reader."""
 
 
-def read_trace(path: str | Path) -> Trace:
-    """Read any supported profiler output (file or rocprofv3 output directory) into a `Trace`."""
+LEAN_READERS: dict[str, Callable[[Path], Trace]] = {
+    "rocprofv3-dir": lambda p: rocprof_dir.read_directory(p, lean=True),
+    "rocprofv3-csv": lambda p: rocprof_dir.read_csv_trace(p, lean=True),
+    "rocpd": lambda p: rocpd.read_rocpd(p, lean=True),
+    "nsys-sqlite": lambda p: nsys.read_nsys(p, lean=True),
+    "kineto": kineto_stream.read_kineto_lean,
+}
+"""Format id -> its lean reader: dispatches as `schema.LEAN_DISPATCH_COLUMNS`, read with bounded memory."""
+
+
+def read_trace(path: str | Path, lean: bool = False) -> Trace:
+    """Read any supported profiler output (file or rocprofv3 output directory) into a `Trace`.
+
+    `lean`: the dispatch table holds only what a summary reads (`schema.LEAN_DISPATCH_COLUMNS`, names
+    as a categorical), read in one pass whose memory grows with the dispatches, not with the file
+    (formats in `LEAN_READERS`; the others are read in full). Every figure of `perflib.attribution`
+    is the same to the ns either way.
+    """
     path = Path(path)
-    return READERS[detect_format(path)](path)
+    fmt = detect_format(path)
+    if lean and fmt in LEAN_READERS:
+        return LEAN_READERS[fmt](path)
+    return READERS[fmt](path)
 
 
 def read_stats(path: str | Path) -> pd.DataFrame:

@@ -50,12 +50,14 @@ def _query(
     return {k: [r[i] for r in rows] for i, k in enumerate(keys)}
 
 
-def _ints(values: list, path: Path, view: str, col: str, required: bool = False) -> np.ndarray:
+def _ints(values: list, path: Path, view: str, col: str, required: bool = False, offset: int = 0) -> np.ndarray:
+    """int64 of one column; `required` (times): a value that is no integer is an `InputError` naming its
+    row (`offset` rows before `values`), else it is -1."""
     if required:
         for i, v in enumerate(values):
             if not isinstance(v, int):
                 raise InputError(
-                    path, f"view {view}, row {i + 1}, column {col}", "an integer ns timestamp", repr(v)
+                    path, f"view {view}, row {offset + i + 1}, column {col}", "an integer ns timestamp", repr(v)
                 )
         return np.asarray(values, dtype=np.int64)
     return np.asarray([v if isinstance(v, int) else -1 for v in values], dtype=np.int64)
@@ -99,6 +101,58 @@ def _kernels(con: sqlite3.Connection, path: Path) -> pd.DataFrame:
         },
         SOURCE, path, lambda i: f"view kernels, row {i + 1}",
     )
+
+
+def _fast_ints(values: tuple, path: Path, view: str, col: str, required: bool, offset: int) -> np.ndarray:
+    """`_ints` of a chunk, at C speed where every value is a plain int (the usual case)."""
+    if set(map(type, values)) == {int}:
+        try:
+            return np.array(values, dtype=np.int64)
+        except OverflowError:
+            pass
+    return _ints(list(values), path, view, col, required, offset)
+
+
+LEAN_CHUNK = 1 << 16
+"""Rows fetched at a time by the lean read."""
+
+
+def _lean(con: sqlite3.Connection, path: Path, view: str, wanted: dict[str, tuple[str, ...]], kind: str) -> pd.DataFrame:
+    """One view's dispatches as a lean table (`schema.LEAN_DISPATCH_COLUMNS`), fetched `LEAN_CHUNK`
+    rows at a time: the rows never all stand in memory as tuples, only as int64 columns and name codes."""
+    cols = columns(con, view, path)
+    keys = ("name", "start_ns", "end_ns", "correlation_id")
+    exprs = []
+    for out in keys:
+        col = _pick(cols, *wanted[out])
+        exprs.append(f"`{col}`" if col else "NULL")
+        if col is None and out != "correlation_id":
+            raise InputError(path, f"view {view}", f"a column {' or '.join(wanted[out])}", ", ".join(cols))
+    running: dict[str, int] = {}
+    parts: dict[str, list[np.ndarray]] = {k: [] for k in keys}
+    done = 0
+    try:
+        cursor = con.execute(f"SELECT {', '.join(exprs)} FROM `{view}`")
+        while rows := cursor.fetchmany(LEAN_CHUNK):
+            name, start, end, corr = zip(*rows, strict=True)
+            if set(map(type, name)) != {str}:
+                name = tuple("" if v is None else str(v) for v in name)
+            for v in dict.fromkeys(name):  # the distinct names, first seen first: few
+                running.setdefault(v, len(running))
+            parts["name"].append(np.fromiter(map(running.__getitem__, name), dtype=np.int32, count=len(rows)))
+            parts["start_ns"].append(_fast_ints(start, path, view, "start", True, done))
+            parts["end_ns"].append(_fast_ints(end, path, view, "end", True, done))
+            parts["correlation_id"].append(_fast_ints(corr, path, view, "corr_id", False, done))
+            done += len(rows)
+    except ERRORS as exc:
+        raise InputError(path, f"view {view}", "a readable rocpd view", said(exc)) from exc
+
+    def joined(key: str, dtype: type) -> np.ndarray:
+        return np.concatenate(parts[key]) if parts[key] else np.zeros(0, dtype=dtype)
+
+    return schema.lean_dispatch_frame(
+        joined("name", np.int32), list(running), joined("start_ns", np.int64), joined("end_ns", np.int64),
+        joined("correlation_id", np.int64), kind, SOURCE, path, lambda i: f"view {view}, row {i + 1}")
 
 
 def _copies(con: sqlite3.Connection, path: Path) -> pd.DataFrame:
@@ -154,8 +208,9 @@ def _metadata(con: sqlite3.Connection, path: Path) -> dict[str, Any]:
             for tag, value in rows if tag is not None}
 
 
-def read_rocpd(path: Path) -> Trace:
-    """A rocpd database -> Trace (kernels + copies, HIP/HSA API regions, marker regions)."""
+def read_rocpd(path: Path, lean: bool = False) -> Trace:
+    """A rocpd database -> Trace (kernels + copies, HIP/HSA API regions, marker regions); `lean`: the
+    dispatches as a lean table read in chunks (`_lean`)."""
     path = Path(path)
     try:
         with reading(path) as con:
@@ -166,9 +221,14 @@ def read_rocpd(path: Path) -> Trace:
                     path, "sqlite_master", f"rocpd views {', '.join(ROCPD_VIEWS)}", f"no {', '.join(missing)}"
                 )
             meta_rows = _metadata(con, path)
-            frames = [_kernels(con, path)]
-            if "memory_copies" in names:
-                frames.append(_copies(con, path))
+            if lean:
+                frames = [_lean(con, path, "kernels", _KERNELS, "kernel")]
+                if "memory_copies" in names:
+                    frames.append(_lean(con, path, "memory_copies", _COPIES, "memcpy"))
+            else:
+                frames = [_kernels(con, path)]
+                if "memory_copies" in names:
+                    frames.append(_copies(con, path))
             if "regions" in names:
                 api, markers = _regions(con, path)
             else:

@@ -117,6 +117,66 @@ def read_kernel_trace(path: Path, header: list[str] | None = None) -> tuple[pd.D
     return frame, {"header_version": kernel_header_version(header), "columns": len(header)}
 
 
+def read_kernel_trace_lean(path: Path, header: list[str] | None = None, table: Any = None) -> tuple[pd.DataFrame, dict]:
+    """`kernel_trace.csv` -> a lean dispatch table (`schema.LEAN_DISPATCH_COLUMNS`), for a summary.
+
+    One pass of pyarrow's multi-threaded reader over only the name, start, end and correlation
+    columns, the name dictionary-encoded per block: what stays in memory is about 24 bytes a dispatch
+    whatever the names' length (the full read holds every name as a Python string). Times are
+    checked as in `read_kernel_trace`, and the rows come out in the same order. `table`: those columns
+    already parsed (`prefetch.ArrowCSV`, while pandas imported).
+    """
+    import pyarrow as pa
+
+    header = header or csvread.header_of(path)
+    names = csvread.columns(path, header, KERNEL, REQUIRED[KERNEL])
+    types: dict[str, Any] = {
+        names["kernel_name"]: pa.dictionary(pa.int32(), pa.string()),
+        names["start_timestamp"]: pa.int64(),
+        names["end_timestamp"]: pa.int64(),
+    }
+    corr = names.get("correlation_id")
+    if corr:
+        types[corr] = pa.int64()
+    if table is None or set(table.column_names) != set(types):
+        table = csvread.read_arrow(path, header, types, {"start_timestamp", "end_timestamp", "correlation_id"},
+                                   stream_gzip=True)
+    n = table.num_rows
+    codes, distinct = csvread.dictionary_codes(table, names["kernel_name"])
+    start = csvread.int_column(table, names["start_timestamp"], n, path, required=True)
+    end = csvread.int_column(table, names["end_timestamp"], n, path, required=True)
+    correlation = csvread.int_column(table, corr, n, path)
+    del table
+    frame = schema.lean_dispatch_frame(codes, distinct, start, end, correlation, "kernel", SOURCE, path,
+                                       csvread.line_label)
+    return frame, {"header_version": kernel_header_version(header), "columns": len(header), "lean": True}
+
+
+def read_memory_copy_trace_lean(path: Path, header: list[str] | None = None) -> tuple[pd.DataFrame, dict]:
+    """`memory_copy_trace.csv` -> a lean table of kind memcpy (`kernel` = the `Direction`)."""
+    import pyarrow as pa
+
+    header = header or csvread.header_of(path)
+    names = csvread.columns(path, header, MEMCPY, REQUIRED[MEMCPY])
+    types: dict[str, Any] = {
+        names["direction"]: pa.dictionary(pa.int32(), pa.string()),
+        names["start_timestamp"]: pa.int64(),
+        names["end_timestamp"]: pa.int64(),
+    }
+    corr = names.get("correlation_id")
+    if corr:
+        types[corr] = pa.int64()
+    table = csvread.read_arrow(path, header, types, {"start_timestamp", "end_timestamp", "correlation_id"},
+                               stream_gzip=True)
+    n = table.num_rows
+    codes, distinct = csvread.dictionary_codes(table, names["direction"])
+    frame = schema.lean_dispatch_frame(
+        codes, distinct, csvread.int_column(table, names["start_timestamp"], n, path, required=True),
+        csvread.int_column(table, names["end_timestamp"], n, path, required=True),
+        csvread.int_column(table, corr, n, path), "memcpy", SOURCE, path, csvread.line_label)
+    return frame, {"columns": len(header), "lean": True}
+
+
 def read_memory_copy_trace(path: Path, header: list[str] | None = None) -> tuple[pd.DataFrame, dict]:
     """`memory_copy_trace.csv` (7.0 with `Stream_Id`, ≤6.3 without) -> dispatch rows of kind memcpy.
 
@@ -347,16 +407,17 @@ def stem_kind(path: Path) -> str | None:
     return None
 
 
-def read_csv_file(path: Path) -> dict[str, Any]:
-    """One CSV file -> parts of a Trace: {'dispatches', 'api', 'markers', 'meta'}."""
+def read_csv_file(path: Path, lean: bool = False) -> dict[str, Any]:
+    """One CSV file -> parts of a Trace: {'dispatches', 'api', 'markers', 'meta'}; `lean`: the
+    dispatches as a lean table (`read_kernel_trace_lean`)."""
     header = csvread.header_of(path)
     kind = classify(header)
     parts: dict[str, Any] = {"meta": {"table": kind}}
     if kind == KERNEL:
-        parts["dispatches"], meta = read_kernel_trace(path, header)
+        parts["dispatches"], meta = (read_kernel_trace_lean if lean else read_kernel_trace)(path, header)
         parts["meta"].update(meta)
     elif kind == MEMCPY:
-        parts["dispatches"], meta = read_memory_copy_trace(path, header)
+        parts["dispatches"], meta = (read_memory_copy_trace_lean if lean else read_memory_copy_trace)(path, header)
         parts["meta"].update(meta)
     elif kind == API:
         parts["api"], parts["markers"] = read_api_trace(path, header)

@@ -32,24 +32,30 @@ def _trace(parts: list[dict[str, Any]], source: str, path: Path, meta: dict[str,
     return Trace(dispatches, api, markers, ROCPROF_CLOCK, source, str(path), meta)
 
 
-def read_csv_trace(path: Path) -> Trace:
-    """One rocprofv3 (or legacy rocprof) CSV file as a Trace."""
-    parts = rocprof_csv.read_csv_file(path)
-    source = parts.pop("source", rocprof_csv.SOURCE)
-    return _trace([parts], source, path, dict(parts.get("meta", {})))
+def read_csv_trace(path: Path, lean: bool = False) -> Trace:
+    """One rocprofv3 (or legacy rocprof) CSV file as a Trace (`lean`: its dispatches as a lean table)."""
+    return trace_of_parts([rocprof_csv.read_csv_file(path, lean)], path)
 
 
-def read_directory(directory: Path) -> Trace:
-    """Every rocprofv3 trace under `directory`, merged; CSV first, then rocpd, then JSON."""
+def trace_of_parts(parts: list[dict[str, Any]], path: Path) -> Trace:
+    """The Trace of one CSV file's parts (`rocprof_csv.read_csv_file`)."""
+    part = parts[0]
+    source = part.pop("source", rocprof_csv.SOURCE)
+    return _trace([part], source, path, dict(part.get("meta", {})))
+
+
+def read_directory(directory: Path, lean: bool = False) -> Trace:
+    """Every rocprofv3 trace under `directory`, merged; CSV first, then rocpd, then JSON (`lean`: the
+    CSV and rocpd dispatches as lean tables)."""
     found = rocprof_csv.find_outputs(directory)
     if found["csv"]:
-        parts = [rocprof_csv.read_csv_file(p) for p in found["csv"]]
+        parts = [rocprof_csv.read_csv_file(p, lean) for p in found["csv"]]
         versions = sorted({p["meta"]["header_version"] for p in parts if "header_version" in p["meta"]})
         meta = {"files": [str(p) for p in found["csv"]], "header_versions": versions}
         return _trace(parts, rocprof_csv.SOURCE, directory, meta)
     if found["db"] or found["json"]:
         if found["db"]:
-            traces = [rocpd.read_rocpd(p) for p in found["db"]]
+            traces = [rocpd.read_rocpd(p, lean) for p in found["db"]]
         else:
             traces = [rocprof_json.read_json(p) for p in found["json"]]
         if len(traces) == 1:

@@ -31,6 +31,11 @@ MARKER_COLUMNS = ("name", "start_ns", "end_ns", "pid", "tid", "domain", "source"
 
 DISPATCH_KINDS = ("kernel", "memcpy", "memset")
 
+LEAN_DISPATCH_COLUMNS = ("kernel", "start_ns", "end_ns", "correlation_id", "kind", "source")
+"""The columns of a lean dispatch table (`read_trace(path, lean=True)`): what `trace summary` reads.
+`kernel` is a categorical (int32 codes into the distinct names), so a dispatch costs about 30 bytes
+whatever its name's length; `device`, `queue` and `stream` are left out."""
+
 _INT_COLUMNS = {"start_ns", "end_ns", "device", "queue", "stream", "correlation_id", "pid", "tid"}
 
 # Where-label for row i of a table: e.g. CSV "line {i+2}", JSON "kernel_dispatch[{i}]".
@@ -144,6 +149,33 @@ def _frame(
     return frame
 
 
+def lean_dispatch_frame(
+    codes: np.ndarray, names: list[str], start: np.ndarray, end: np.ndarray, correlation_id: np.ndarray | None,
+    kind: str | np.ndarray, source: str, path: object, label: RowLabel = _row_label_default,
+) -> pd.DataFrame:
+    """A lean dispatch table (`LEAN_DISPATCH_COLUMNS`) from name codes into `names`, checked and
+    sorted by start as `dispatch_frame` does (a stable sort, so rows keep the same order as there).
+    `kind` is one kind for all rows or int8 codes into `DISPATCH_KINDS`."""
+    start = np.asarray(start, dtype=np.int64)
+    end = np.asarray(end, dtype=np.int64)
+    n = start.size
+    check_intervals(start, end, path, label)
+    kind_code = (np.full(n, DISPATCH_KINDS.index(kind), dtype=np.int8) if isinstance(kind, str)
+                 else np.asarray(kind, dtype=np.int8))
+    frame = pd.DataFrame({
+        "kernel": pd.Categorical.from_codes(np.asarray(codes, dtype=np.int32), categories=pd.Index(names, dtype=object),
+                                            validate=False),
+        "start_ns": start,
+        "end_ns": end,
+        "correlation_id": np.full(n, -1, dtype=np.int64) if correlation_id is None else np.asarray(correlation_id, np.int64),
+        "kind": pd.Categorical.from_codes(kind_code, categories=list(DISPATCH_KINDS), validate=False),
+        "source": pd.Categorical.from_codes(np.zeros(n, dtype=np.int8), categories=[source], validate=False),
+    }, copy=False)
+    if n > 1 and not bool(np.all(start[1:] >= start[:-1])):
+        frame = frame.take(np.argsort(start, kind="stable")).reset_index(drop=True)
+    return frame
+
+
 def dispatch_frame(
     data: Mapping[str, Any], source: str, path: object, label: RowLabel = _row_label_default
 ) -> pd.DataFrame:
@@ -182,7 +214,17 @@ def concat(frames: list[pd.DataFrame], columns: tuple[str, ...]) -> pd.DataFrame
     frames = [f for f in frames if len(f)] or frames[:1]
     if len(frames) == 1:
         return frames[0]
+    lean = [f for f in frames if "kernel" in f and isinstance(f["kernel"].dtype, pd.CategoricalDtype)]
+    if len(lean) == len(frames):  # lean tables: one union of the names, never a column of text
+        from pandas.api.types import union_categoricals
+
+        kernel = union_categoricals([f["kernel"] for f in frames], ignore_order=True)
+        frames = [f.drop(columns="kernel") for f in frames]
+    else:
+        kernel = None
     out = pd.concat(frames, ignore_index=True)
+    if kernel is not None:
+        out.insert(0, "kernel", kernel)
     for col in ("kind", "source"):
         if col in columns:
             cats = sorted({c for f in frames for c in f[col].cat.categories})

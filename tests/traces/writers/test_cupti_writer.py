@@ -103,10 +103,8 @@ def test_copy_and_fill_records_are_laid_out_as_the_sample_prints_them(tmp_path: 
 @pytest.mark.parametrize("name", [
     "void flash_attn<__half, 128>(float const*, int, int) — 1.5 µs ✓ 名前",
     'k<"quoted">(int)',
-    pytest.param('gemm "tn", 128x128', marks=pytest.mark.xfail(strict=True, reason=(
-        "reader bug: perflib.traces.cupti_text._split_name ends the quoted name at the first '\",' in the "
-        'record line, so a name holding `", ` is cut (here to `gemm "tn`); the sample prints names '
-        "unescaped and each kernel record goes on with ', correlationId', which the reader could anchor on"))),
+    'gemm "tn", 128x128',  # a name holding `", `: it ends at the last quote before the key-value pairs
+    'k", correlationId 5, x',
 ])
 def test_awkward_names_survive(tmp_path: Path, name: str) -> None:
     df = schema.dispatch_frame({"kernel": [name, "plain_kernel"], "start_ns": [1_000, 5_000],

@@ -1,0 +1,571 @@
+"""A Kineto (PyTorch profiler) trace read as a stream of event chunks, into lean tables.
+
+`kineto.read_kineto` parses the whole file into Python objects (about 2.4 GiB per million events).
+Here the gunzipped text is read in blocks of `BLOCK` bytes; each block is cut after its last
+complete event of `traceEvents`, the events before the cut are parsed at once (orjson) and reduced
+to numpy columns, and the parsed objects are dropped before the next block. What stays is the lean
+dispatch table (`schema.LEAN_DISPATCH_COLUMNS`), the launch calls (int columns and name codes) and
+the markers: memory grows with the events kept, not with the file.
+
+Cutting: JSON text cannot hold `[`+P+`]` as a valid array unless P is whole elements, so a cut at
+a `},` is tried by parsing what lies before it (in a trace written one event per line the last
+`},` of a block ends an event); where that fails (an event's last key holds an object followed by
+another key, compact JSON), the block is scanned with numpy for quotes and brackets outside strings
+and cut where the bracket depth returns to the array's. The keys around `traceEvents` are read with
+the standard parser's `raw_decode`.
+
+Every figure is the full reader's: the same events, the same checks (`kineto._times`, `kineto._ints`),
+exact ns (a chunk with a float `ts` beyond 2^43 µs is parsed again keeping decimal text, as
+`kineto.build` does for the whole file), and the rows in the same order (kernels, then copies, then
+fills, each in file order, then a stable sort by start).
+"""
+
+from __future__ import annotations
+
+import json
+import zlib
+from collections.abc import Iterator
+from decimal import Decimal
+from pathlib import Path
+from typing import Any, BinaryIO
+
+import numpy as np
+import pandas as pd
+
+from perflib.errors import InputError
+from perflib.traces import files, kineto, schema
+from perflib.traces.trace import Trace
+
+BLOCK = 16 << 20
+"""Bytes of JSON read at a time."""
+_TRIES = 3
+"""`},` cuts tried before the numpy scan."""
+_WINDOW = 1 << 16
+"""Text decoded at a time to read one top-level value."""
+
+_QUOTE, _BACKSLASH = 34, 92
+_OPEN, _CLOSE = (123, 91), (125, 93)
+
+
+def _gunzip(fh: BinaryIO) -> Iterator[bytes]:
+    """The file's bytes, gunzipped where it starts with the gzip magic (every member, as `gzip` reads
+    them), in pieces of about `BLOCK`: few, large zlib calls, each of which runs without the GIL."""
+    head = fh.read(2)
+    if head != files.GZIP_MAGIC:
+        yield head
+        while block := fh.read(BLOCK):
+            yield block
+        return
+    data = head
+    inflate, fresh = zlib.decompressobj(wbits=31), True
+    pending: list[bytes] = []
+    size = 0
+    while True:
+        if not data:
+            data = fh.read(BLOCK // 8)
+            if not data:
+                break
+        if fresh and not data.strip(b"\0"):  # zero padding after the last member
+            data = b""
+            continue
+        out = inflate.decompress(data, BLOCK)
+        fresh = False
+        data = inflate.unconsumed_tail
+        if inflate.eof:  # a member ends; what follows may be the next one
+            data = inflate.unused_data
+            inflate, fresh = zlib.decompressobj(wbits=31), True
+        if out:
+            pending.append(out)
+            size += len(out)
+        if size >= BLOCK:
+            yield b"".join(pending)
+            pending, size = [], 0
+    if not fresh:
+        raise EOFError("the gzip stream ends before its end marker (file cut?)")
+    if pending:
+        yield b"".join(pending)
+
+
+class _Blocks:
+    """The file's (gunzipped) blocks, read ahead by a thread: zlib and file reads release the GIL, so
+    on two cores the decompression overlaps the parse. At most `ahead` blocks wait in memory."""
+
+    def __init__(self, fh: BinaryIO, ahead: int = 2) -> None:
+        import queue
+        import threading
+
+        self.queue: queue.Queue = queue.Queue(maxsize=ahead)
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, args=(fh,), daemon=True, name="kineto-gunzip")
+        self.thread.start()
+
+    def _run(self, fh: BinaryIO) -> None:
+        import queue
+
+        blocks = _gunzip(fh)
+        while not self.stop.is_set():
+            try:
+                block: bytes | BaseException = next(blocks, b"")
+            except (OSError, EOFError, zlib.error) as exc:
+                block = exc
+            while not self.stop.is_set():
+                try:
+                    self.queue.put(block, timeout=0.1)
+                    break
+                except queue.Full:
+                    continue
+            if not block or isinstance(block, BaseException):
+                return
+
+    def read(self) -> bytes:
+        block = self.queue.get()
+        if isinstance(block, BaseException):
+            raise block
+        return block
+
+    def close(self) -> None:
+        self.stop.set()
+        self.thread.join()
+
+
+class _Text:
+    """The gunzipped bytes of a file, read block by block into `buf` (what is not yet consumed)."""
+
+    def __init__(self, fh: _Blocks, path: Path) -> None:
+        self.fh, self.path, self.buf, self.eof, self.offset = fh, path, b"", False, 0
+
+    def more(self) -> bool:
+        """Append the next block; False at the end of the file."""
+        if self.eof:
+            return False
+        try:
+            block = self.fh.read()
+        except EOFError as exc:  # as files.read_bytes says it
+            raise InputError(self.path, f"byte {self.path.stat().st_size}", "a complete gzip stream",
+                             "the stream ends early (file cut?)") from exc
+        except zlib.error as exc:
+            raise InputError(self.path, None, "valid gzip data", files.said(exc)) from exc
+        except OSError as exc:
+            raise InputError(self.path, None, "a readable file", files.said(exc)) from exc
+        if not block:
+            self.eof = True
+            return False
+        self.buf += block
+        return True
+
+    def consume(self, n: int) -> None:
+        self.buf = self.buf[n:]
+        self.offset += n
+
+    def skip_ws(self) -> None:
+        """Drop leading whitespace, reading on while the buffer holds nothing else."""
+        while True:
+            stripped = self.buf.lstrip()
+            self.consume(len(self.buf) - len(stripped))
+            if self.buf or not self.more():
+                return
+
+    def expect(self, char: bytes, what: str) -> None:
+        self.skip_ws()
+        if not self.buf.startswith(char):
+            found = self.buf[:20].decode("utf-8", "replace") or "the end of the file"
+            raise InputError(self.path, f"byte {self.offset}", what, repr(found))
+        self.consume(1)
+
+    def value(self) -> Any:
+        """One JSON value (a top-level key or the value of a key other than traceEvents)."""
+        self.skip_ws()
+        window = _WINDOW
+        decoder = json.JSONDecoder()
+        while True:
+            while len(self.buf) < window and self.more():
+                pass
+            part = self.buf[:window]
+            text = part.decode("utf-8", "surrogateescape")
+            try:
+                obj, end = decoder.raw_decode(text)
+            except json.JSONDecodeError as exc:
+                if len(part) < len(self.buf) or not self.eof:
+                    window *= 4
+                    continue
+                raise InputError(self.path, f"byte {self.offset + exc.pos}", "complete JSON", exc.msg) from exc
+            if end == len(text) and (len(part) < len(self.buf) or not self.eof):
+                window *= 4  # a number cut by the window's edge: read on
+                continue
+            self.consume(len(text[:end].encode("utf-8", "surrogateescape")))
+            return obj
+
+
+def _loads(text: bytes, exact: bool) -> list:
+    """The events of the array `text`; orjson, or the standard parser (NaN, or `exact`: Decimal floats)."""
+    if not exact:
+        import orjson
+
+        try:
+            return orjson.loads(text)
+        except orjson.JSONDecodeError:
+            pass
+    return json.loads(text, parse_float=Decimal) if exact else json.loads(text)
+
+
+def _scan(region: bytes) -> tuple[int, int | None]:
+    """(end of the last complete element, position of the array's closing bracket or None) of a
+    region that starts between two elements of an array, from its quotes and brackets outside strings."""
+    a = np.frombuffer(region, dtype=np.uint8)
+    quotes = np.flatnonzero(a == _QUOTE)
+    maybe = quotes[(quotes > 0) & (a[np.maximum(quotes - 1, 0)] == _BACKSLASH)]
+    if maybe.size:  # a quote after backslashes is escaped where their run is odd
+        escaped = []
+        for q in maybe.tolist():
+            run = 0
+            while q - run - 1 >= 0 and region[q - run - 1] == _BACKSLASH:
+                run += 1
+            if run % 2:
+                escaped.append(q)
+        quotes = np.setdiff1d(quotes, np.array(escaped, dtype=quotes.dtype), assume_unique=True)
+    brackets = np.flatnonzero((a == 123) | (a == 125) | (a == 91) | (a == 93))
+    brackets = brackets[(np.searchsorted(quotes, brackets) & 1) == 0]
+    chars = a[brackets]
+    depth = np.cumsum(np.where((chars == 123) | (chars == 91), 1, -1))
+    closed = np.flatnonzero(depth < 0)
+    close = int(brackets[closed[0]]) if closed.size else None
+    upto = closed[0] if closed.size else depth.size
+    ends = np.flatnonzero((depth[:upto] == 0) & (chars[:upto] == 125))
+    return (int(brackets[ends[-1]]) + 1 if ends.size else 0), close
+
+
+def _cuts(region: bytes) -> list[int]:
+    """Where a `}` may end the last whole event: before `,` and a newline first (no JSON string holds a
+    raw newline, so that `}` is outside any name), then before a bare `,`."""
+    out = []
+    for mark in (b"},\n", b"},\r\n", b"},"):
+        at = region.rfind(mark)
+        if at >= 0 and at not in out:
+            out.append(at)
+    return out[:_TRIES]
+
+
+def _next_chunk(text: _Text) -> tuple[list, bool, bytes]:
+    """The next whole events of `traceEvents` (parsed), whether the array closed, and their text."""
+    while True:
+        text.skip_ws()
+        if text.buf.startswith(b","):
+            text.consume(1)
+            text.skip_ws()
+        if text.buf.startswith(b"]"):
+            text.consume(1)
+            return [], True, b""
+        if len(text.buf) < BLOCK:
+            text.more()
+        region = text.buf
+        for cut in _cuts(region):
+            doc = b"".join((b"[", memoryview(region)[:cut + 1], b"]"))
+            try:
+                import orjson
+
+                events = orjson.loads(doc)
+            except orjson.JSONDecodeError:
+                continue
+            text.consume(cut + 1)
+            return events, False, doc
+        end, close = _scan(region)
+        if close is not None or end:
+            upto = close if close is not None else end
+            doc = b"".join((b"[", memoryview(region)[:upto], b"]"))
+            text.consume(upto + (close is not None))
+            return _parse(doc, text), close is not None, doc
+        if not text.more():
+            raise InputError(text.path, f"byte {text.offset + len(text.buf)}", "complete JSON",
+                             "the end of the file inside traceEvents (file cut?)")
+
+
+def _parse(doc: bytes, text: _Text) -> list:
+    """The events of one cut (`[` + its text + `]`); a fault is an `InputError` naming its byte."""
+    try:
+        return _loads(doc, exact=False)
+    except json.JSONDecodeError as exc:
+        raise InputError(text.path, f"byte {text.offset - len(doc) + 2 + max(exc.pos - 1, 0)}", "complete JSON",
+                         exc.msg) from exc
+    except ValueError as exc:
+        raise InputError(text.path, None, "JSON numbers of a sensible length", files.said(exc)) from exc
+
+
+class _Table:
+    """Columns of one event category, chunk by chunk: name codes, ns, ids; kept in file order."""
+
+    def __init__(self) -> None:
+        self.parts: dict[str, list[np.ndarray]] = {}
+
+    def add(self, **cols: np.ndarray) -> None:
+        for k, v in cols.items():
+            self.parts.setdefault(k, []).append(v)
+
+    def column(self, key: str, dtype: Any) -> np.ndarray:
+        got = self.parts.get(key)
+        return np.concatenate(got) if got else np.zeros(0, dtype=dtype)
+
+
+class _Names:
+    """A running dictionary: text -> int32 code in first-seen order."""
+
+    def __init__(self) -> None:
+        self.codes: dict[str, int] = {}
+
+    def encode(self, values: list[str]) -> np.ndarray:
+        codes = self.codes
+        for v in dict.fromkeys(values):  # the distinct ones, in first-seen order: few
+            codes.setdefault(v, len(codes))
+        return np.fromiter(map(codes.__getitem__, values), dtype=np.int32, count=len(values))
+
+    @property
+    def names(self) -> list[str]:
+        return list(self.codes)
+
+
+def _split(cols: dict[str, list], cats: tuple[str, ...]) -> list[tuple[str, slice]]:
+    """The slice of each category in a table of `kineto.extract` (its rows are grouped by category)."""
+    out, at = [], 0
+    categories = cols["cat"]
+    for cat in cats:
+        n = categories.count(cat)
+        out.append((cat, slice(at, at + n)))
+        at += n
+    return out
+
+
+def read_kineto_lean(path: Path) -> Trace:
+    """A Kineto trace (`.json` / `.json.gz`) -> Trace with a lean dispatch table, read as a stream."""
+    path = Path(path)
+    with open(path, "rb") as fh:
+        if files.is_gzip_name(path) and fh.read(2) != files.GZIP_MAGIC:
+            fh.seek(0)
+            raise InputError(path, "byte 0", "gzip data (magic bytes 1f 8b) for a .gz file", repr(fh.read(8)))
+        fh.seek(0)
+        blocks = _Blocks(fh)
+        try:
+            return _read(_Text(blocks, path), path)
+        finally:
+            blocks.close()
+
+
+def _read(text: _Text, path: Path) -> Trace:
+    import gc
+
+    names, api_names, domains = _Names(), _Names(), _Names()
+    gpu = {c: _Table() for c in kineto.GPU_KINDS}
+    api = {c: _Table() for c in kineto.API_CATS}
+    markers: dict[str, dict[str, list]] = {c: {} for c in kineto.MARKER_CATS}
+    top: dict[str, Any] = {}
+    exact_any, seen, events_found = False, 0, False
+    enabled = gc.isenabled()
+    gc.disable()  # millions of acyclic objects per chunk, dropped right after
+    try:
+        text.expect(b"{", 'a Kineto object with a "traceEvents" list')
+        text.skip_ws()
+        if text.buf.startswith(b"}"):
+            text.consume(1)
+        else:
+            while True:
+                key = text.value()
+                text.expect(b":", "a ':' after a key")
+                text.skip_ws()
+                if key == "traceEvents" and text.buf.startswith(b"["):
+                    text.consume(1)
+                    events_found = True
+                    closed = False
+                    while not closed:
+                        events, closed, chunk = _next_chunk(text)
+                        if events:
+                            exact_any |= _reduce(events, chunk, seen, path, names, api_names, domains,
+                                                 gpu, api, markers)
+                            seen += len(events)
+                        del events, chunk
+                else:
+                    top[key] = text.value()
+                text.skip_ws()
+                if text.buf.startswith(b","):
+                    text.consume(1)
+                    continue
+                text.expect(b"}", "',' or '}' between top-level keys")
+                break
+    finally:
+        if enabled:
+            gc.enable()
+    if not events_found:
+        raise InputError(path, "top level", 'a Kineto object with a "traceEvents" list')
+    return _trace(path, top, names, api_names, domains, gpu, api, markers, exact_any)
+
+
+_NO_ARGS: dict = {}
+_WANTED = frozenset((*kineto.GPU_KINDS, *kineto.API_CATS, *kineto.MARKER_CATS))
+
+
+def _fast_extract(events: list, path: Path) -> dict[str, Any] | None:
+    """`kineto.extract` of well-formed events at C speed (`map` over `dict.get`), without the columns
+    a lean table leaves out (device, stream); None where an event or its args is not an object, or a
+    `cat` is unhashable: then `kineto.extract` does it and names the fault."""
+    from itertools import repeat
+
+    get = dict.get
+    n = len(events)
+    try:
+        cats = list(map(get, events, repeat("cat", n)))
+        phs = list(map(get, events, repeat("ph", n), repeat("X", n)))
+        buckets: dict[str, list[int]] = {c: [] for c in _WANTED}
+        if cats.count("kernel") == n and phs.count("X") == n:
+            buckets["kernel"] = list(range(n))
+        else:
+            for i, (cat, ph) in enumerate(zip(cats, phs, strict=True)):
+                if cat in _WANTED and ph == "X":
+                    buckets[cat].append(i)
+
+        def columns(table: tuple[str, ...], host: bool) -> dict[str, list]:
+            index = [i for c in table for i in buckets[c]]
+            evs = events if len(buckets[table[0]]) == n else [events[i] for i in index]  # all of one category
+            k = len(evs)
+            args = list(map(get, evs, repeat("args", k), repeat(_NO_ARGS, k)))
+            if None in args:  # "args": null
+                args = [a if a is not None else _NO_ARGS for a in args]
+            cols = {
+                "index": index,
+                "name": list(map(str, map(get, evs, repeat("name", k), repeat("", k)))),
+                "ts": list(map(get, evs, repeat("ts", k))),
+                "dur": list(map(get, evs, repeat("dur", k), repeat(0, k))),
+                "correlation_id": list(map(get, args, repeat("correlation", k), repeat(-1, k))),
+                "cat": [c for c in table for c in [c] * len(buckets[c])],
+            }
+            if host:
+                cols["pid"] = list(map(get, evs, repeat("pid", k)))
+                cols["tid"] = list(map(get, evs, repeat("tid", k)))
+            return cols
+
+        return {"gpu": columns(tuple(kineto.GPU_KINDS), False), "api": columns(kineto.API_CATS, True),
+                "markers": columns(kineto.MARKER_CATS, True)}
+    except TypeError:  # an event or its args that is no object, an unhashable cat
+        return None
+
+
+def _extract(events: list, path: Path, exact: bool) -> dict[str, Any]:
+    return _fast_extract(events, path) or kineto.extract({"traceEvents": events}, path, exact=exact)
+
+
+def _reduce(events: list, chunk: bytes, seen: int, path: Path, names: _Names, api_names: _Names, domains: _Names,
+            gpu: dict[str, _Table], api: dict[str, _Table], markers: dict[str, dict[str, list]]) -> bool:
+    """One chunk's events into the tables; True where it needed decimal text (parsed again exactly)."""
+    exact = False
+    cols = _extract(events, path, False)
+    for table in ("gpu", "api", "markers"):
+        cols[table]["index"] = [i + seen for i in cols[table]["index"]]
+    try:
+        times = {t: kineto._times(cols[t], path) for t in ("gpu", "api")}
+        kineto._times(cols["markers"], path)
+    except kineto._NeedsText:
+        exact = True
+        cols = _extract(_loads(chunk, exact=True), path, True)
+        for table in ("gpu", "api", "markers"):
+            cols[table]["index"] = [i + seen for i in cols[table]["index"]]
+        times = {t: kineto._times(cols[t], path) for t in ("gpu", "api")}
+    g = cols["gpu"]
+    start, end = times["gpu"]
+    code = names.encode(g["name"])
+    corr = kineto._ints(g["correlation_id"])
+    index = np.asarray(g["index"], dtype=np.int64)
+    for cat, rows in _split(g, tuple(kineto.GPU_KINDS)):
+        if rows.stop > rows.start:
+            gpu[cat].add(code=code[rows], start=start[rows], end=end[rows], corr=corr[rows], index=index[rows])
+    a = cols["api"]
+    if a["index"]:
+        start, end = times["api"]
+        code, dom = api_names.encode(a["name"]), domains.encode(a["cat"])
+        pid, tid, corr = kineto._ints(a["pid"]), kineto._ints(a["tid"]), kineto._ints(a["correlation_id"])
+        index = np.asarray(a["index"], dtype=np.int64)
+        for cat, rows in _split(a, kineto.API_CATS):
+            if rows.stop > rows.start:
+                api[cat].add(code=code[rows], start=start[rows], end=end[rows], pid=pid[rows], tid=tid[rows],
+                             corr=corr[rows], domain=dom[rows], index=index[rows])
+    m = cols["markers"]
+    for cat, rows in _split(m, kineto.MARKER_CATS):
+        for key, values in m.items():
+            markers[cat].setdefault(key, []).extend(values[rows])
+    return exact
+
+
+def _trace(path: Path, top: dict[str, Any], names: _Names, api_names: _Names, domains: _Names,
+           gpu: dict[str, _Table], api: dict[str, _Table], markers: dict[str, dict[str, list]], exact: bool) -> Trace:
+    """The tables, shifted by `baseTimeNanoseconds`, as `kineto.build` makes them."""
+    top = {k: top.get(k) for k in kineto.TOP_FIELDS}
+    base_ns = kineto._base_ns(top, path)
+    shift = base_ns or 0
+    devices = kineto._devices(top, path)
+
+    def joined(tables: dict[str, _Table], key: str, dtype: Any) -> np.ndarray:
+        return np.concatenate([t.column(key, dtype) for t in tables.values()])
+
+    def shifted(tables: dict[str, _Table]) -> tuple[np.ndarray, np.ndarray]:
+        c = {"index": joined(tables, "index", np.int64) if shift else None}  # for the error's event only
+        return (kineto._shift(joined(tables, "start", np.int64), shift, c, "ts", path),
+                kineto._shift(joined(tables, "end", np.int64), shift, c, "ts + dur", path))
+
+    start, end = shifted(gpu)
+    kind = np.concatenate([np.full(sum(p.size for p in t.parts.get("code", [])),
+                                   schema.DISPATCH_KINDS.index(kineto.GPU_KINDS[c]), dtype=np.int8)
+                           for c, t in gpu.items()])
+    index = joined(gpu, "index", np.int64)
+    dispatches = schema.lean_dispatch_frame(
+        joined(gpu, "code", np.int32), names.names, start, end, joined(gpu, "corr", np.int64), kind,
+        kineto.SOURCE, path, lambda k: f"traceEvents[{index[k]}]")
+    api_frame = _api_frame(api, api_names, domains, shift, path, shifted)
+
+    def marker_table() -> dict[str, Any]:
+        c = {key: [v for cat in kineto.MARKER_CATS for v in markers[cat].get(key, [])]
+             for key in ("index", "name", "ts", "dur", "correlation_id", "cat", "pid", "tid")}
+        s, t = kineto._times(c, path)  # every chunk that needed decimal text was parsed so in _reduce
+        s, t = kineto._shift(s, shift, c, "ts", path), kineto._shift(t, shift, c, "ts + dur", path)
+        return {"name": c["name"], "start_ns": s, "end_ns": t, "pid": kineto._ints(c["pid"]),
+                "tid": kineto._ints(c["tid"]), "correlation_id": kineto._ints(c["correlation_id"]),
+                "domain": c["cat"], "index": c["index"]}
+
+    mt = marker_table()
+    marker_rows = mt.pop("index")
+    marker_frame = schema.marker_frame(mt, kineto.SOURCE, path, lambda k: f"traceEvents[{marker_rows[k]}]")
+    build_name, evidence = kineto.build_of(top, devices)
+    meta = {
+        "base_time_ns": base_ns,
+        "to_unix_ns": 0 if base_ns is not None else None,
+        "ts_offset_ns": shift,
+        "schema_version": kineto._plain(top.get("schemaVersion")),
+        "trace_name": kineto._plain(top.get("traceName")),
+        "devices": [kineto._plain(d.get("name")) for d in devices],
+        "build": build_name,
+        "build_evidence": evidence,
+        "ts_parse": "decimal text (floats beyond 2^43 us)" if exact else "float64",
+        "ts_precision": "exact ns",
+        "lean": True,
+    }
+    clock = "realtime" if base_ns is not None else "unknown"
+    return Trace(dispatches, api_frame, marker_frame, clock, kineto.SOURCE, str(path), meta)
+
+
+def _api_frame(api: dict[str, _Table], api_names: _Names, domains: _Names, shift: int, path: Path,
+               shifted: Any) -> pd.DataFrame:
+    """The launch calls as a table of the API columns, names and domains categorical, sorted by start."""
+    start, end = shifted(api)
+    index = np.concatenate([t.column("index", np.int64) for t in api.values()])
+    schema.check_intervals(start, end, path, lambda k: f"traceEvents[{index[k]}]", " (API call)")
+    n = start.size
+
+    def joined(key: str) -> np.ndarray:
+        return np.concatenate([t.column(key, np.int64) for t in api.values()])
+
+    frame = pd.DataFrame({
+        "name": pd.Categorical.from_codes(joined("code").astype(np.int32), categories=pd.Index(api_names.names, dtype=object),
+                                          validate=False),
+        "start_ns": start, "end_ns": end, "pid": joined("pid"), "tid": joined("tid"),
+        "correlation_id": joined("corr"),
+        "domain": pd.Categorical.from_codes(joined("domain").astype(np.int32),
+                                            categories=pd.Index(domains.names, dtype=object), validate=False),
+        "source": pd.Categorical.from_codes(np.zeros(n, dtype=np.int8), categories=[kineto.SOURCE], validate=False),
+    })
+    if n > 1 and not bool(np.all(start[1:] >= start[:-1])):
+        frame = frame.take(np.argsort(start, kind="stable")).reset_index(drop=True)
+    return frame
