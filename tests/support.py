@@ -9,6 +9,9 @@
 from __future__ import annotations
 
 import os
+import signal
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -35,3 +38,35 @@ def fixture_paths(pattern: str) -> list[Path]:
     """Public fixtures matching a glob below the fixtures folder, for parametrize (empty when absent)."""
     root = fixtures_dir()
     return sorted(root.glob(pattern)) if root.is_dir() else []
+
+
+MINIMAL_CAMPAIGN = """\
+name: t
+model: {name: tiny}
+backends:
+  - name: cpu
+    url: http://127.0.0.1:9
+batches: [1, 2]
+contexts: [64]
+decode_tokens: 8
+"""
+"""The smallest valid campaign file: one backend by URL, two batches, one context."""
+
+
+class Hang(AssertionError):
+    """An example that ran past its time limit: a failure, never a perflib error."""
+
+
+@contextmanager
+def time_limit(seconds: float) -> Iterator[None]:
+    """Raise `Hang` in the main thread if the block takes longer than `seconds` (SIGALRM)."""
+    def expire(signum, frame):  # noqa: ANN001, ARG001
+        raise Hang(f"took longer than {seconds} s")
+
+    previous = signal.signal(signal.SIGALRM, expire)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)

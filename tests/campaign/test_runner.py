@@ -14,7 +14,7 @@ from pathlib import Path
 
 import nbformat
 import pytest
-from support import DATA, REPO
+from support import DATA, MINIMAL_CAMPAIGN, REPO
 
 from perflib import campaign as pc
 from perflib import config, derive
@@ -23,16 +23,7 @@ from perflib.errors import PerflibError
 
 SAMPLE = DATA / "campaign-sample"
 
-MINIMAL = """\
-name: t
-model: {name: tiny}
-backends:
-  - name: cpu
-    url: http://127.0.0.1:9
-batches: [1, 2]
-contexts: [64]
-decode_tokens: 8
-"""
+MINIMAL = MINIMAL_CAMPAIGN
 
 
 def write(tmp_path: Path, text: str, name: str = "c.yaml") -> Path:

@@ -10,22 +10,14 @@ import time
 from pathlib import Path
 
 import pytest
+from support import MINIMAL_CAMPAIGN
 
 from perflib.campaign import load_campaign
 from perflib.cli import main as cli_main
 from perflib.config import MAX_RUNS, Campaign
 from perflib.errors import InputError, PerflibError
 
-MINIMAL = """\
-name: t
-model: {name: tiny}
-backends:
-  - name: cpu
-    url: http://127.0.0.1:9
-batches: [1, 2]
-contexts: [64]
-decode_tokens: 8
-"""
+MINIMAL = MINIMAL_CAMPAIGN
 BACKEND = "    url: http://127.0.0.1:9\n"
 
 

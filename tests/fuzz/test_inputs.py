@@ -15,16 +15,13 @@ from __future__ import annotations
 
 import json
 import math
-import signal
 import tempfile
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from support import DATA
+from support import DATA, time_limit
 
 from perflib import rundir
 from perflib.campaign import load_campaign
@@ -47,22 +44,6 @@ HOSTILE_JSON = st.recursive(
 """Values a hostile writer puts where a number or an object belongs."""
 
 
-class Hang(Exception):
-    """An example that ran past `LIMIT_S` (not a PerflibError, so it fails the property)."""
-
-
-@contextmanager
-def time_limit(seconds: float) -> Iterator[None]:
-    def expire(signum, frame):  # noqa: ANN001, ARG001
-        raise Hang(f"took longer than {seconds} s")
-
-    previous = signal.signal(signal.SIGALRM, expire)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
-    try:
-        yield
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
 
 
 def _listing(folder: Path) -> dict[str, bytes]:

@@ -22,11 +22,9 @@ import io
 import json
 import math
 import shutil
-import signal
 import sqlite3
 import tempfile
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +33,7 @@ import pandas as pd
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from support import DATA, fixture
+from support import DATA, fixture, time_limit
 
 from perflib.errors import PerflibError
 from perflib.traces import read_stats, read_trace, schema, writers
@@ -139,22 +137,6 @@ def bases(tmp_path_factory) -> Callable[[str], tuple[Path, Callable[[Path], Any]
 # --- the property ---------------------------------------------------------------------------------
 
 
-class Hang(AssertionError):
-    """A read that took longer than `LIMIT_S`."""
-
-
-@contextmanager
-def time_limit(seconds: float) -> Iterator[None]:
-    def expire(signum, frame):  # noqa: ANN001, ARG001
-        raise Hang(f"the read took longer than {seconds} s")
-
-    previous = signal.signal(signal.SIGALRM, expire)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
-    try:
-        yield
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
 
 
 def listing(folder: Path) -> dict[str, tuple[int, int]]:
