@@ -12,6 +12,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
+from perflib.load import tls
 from perflib.load.stream import loads_strict
 
 MAX_ANSWER_BYTES = 4 * 1024 * 1024
@@ -78,7 +79,7 @@ def server_identity(base_url: str, *, flags: list[str] | None = None, version: s
                     return None
         return parse_object(bytes(body))
 
-    with httpx.Client(timeout=timeout, trust_env=False,
+    with httpx.Client(timeout=timeout, trust_env=False, verify=tls.context(),
                       limits=httpx.Limits(max_keepalive_connections=0)) as client:
         props = get(client, "/props")
         models = get(client, "/v1/models")

@@ -20,6 +20,7 @@ import httpx
 from perflib import metrics
 from perflib.clocks import monotonic_ns, now_clocks
 from perflib.errors import PerflibError
+from perflib.load import tls
 from perflib.load.prompts import Prompt, ServerUnreachable, make_prompts
 from perflib.load.stream import DEFAULT_TIMEOUT_S, ENDPOINTS, RequestRecord, stream_request
 from perflib.rundir import run_name
@@ -86,13 +87,15 @@ def http_client(timeout: float) -> httpx.AsyncClient:
         limits=httpx.Limits(max_connections=None, max_keepalive_connections=0),
         timeout=httpx.Timeout(timeout, connect=10.0),
         trust_env=False,  # a proxy from the environment must not sit between client and server
+        verify=tls.context(),
     )
 
 
 def _scrape_client() -> httpx.Client:
     """One sync client for a level's scrapes: building an httpx client loads a CA bundle (tens of
     ms under the GIL), which must not happen every gauge sample while streams are being timed."""
-    return httpx.Client(timeout=10.0, trust_env=False, limits=httpx.Limits(max_keepalive_connections=0))
+    return httpx.Client(timeout=10.0, trust_env=False, limits=httpx.Limits(max_keepalive_connections=0),
+                        verify=tls.context())
 
 
 async def _scrape(base_url: str, client: httpx.Client) -> Any:

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from perflib.errors import PerflibError
+from perflib.load import tls
 from perflib.load.stream import RequestRecord, stream_request
 
 READY = b"ready\n"
@@ -137,7 +138,8 @@ async def _serve(job: dict[str, Any], stdin: asyncio.StreamReader, write: Callab
     client = None
     if not base_url.startswith("http://"):  # https goes through httpx, as in one process
         client = httpx.AsyncClient(limits=httpx.Limits(max_connections=None, max_keepalive_connections=0),
-                                   timeout=httpx.Timeout(job["timeout"], connect=10.0), trust_env=False)
+                                   timeout=httpx.Timeout(job["timeout"], connect=10.0), trust_env=False,
+                                   verify=tls.context())
     write(READY)
     if await stdin.readline() != GO:
         return
