@@ -109,11 +109,25 @@ KERNEL_LOG_LEVEL = "--IPKernelApp.log_level=ERROR"
 """The kernel logs errors only: no TCP warning per run."""
 
 
+def without_iri_grammars() -> None:
+    """Keep jsonschema from compiling the IRI grammars of `rfc3987_syntax` when papermill imports it.
+
+    jupyterlab's dependencies install `rfc3987_syntax`, and jsonschema, imported by nbformat, builds
+    39 lark grammars from it at import: 1.9 s of the 2.1 s that `import nbformat` takes on the 2-core
+    machine, once per `perflib campaign run`. The notebook schema has no `format` keyword, so those
+    checks never run on a notebook; jsonschema imports the module under `suppress(ImportError)` and
+    goes without the two IRI formats. Done in perflib's own processes only, never in a user's kernel.
+    """
+    if "jsonschema" not in sys.modules:
+        sys.modules.setdefault("rfc3987_syntax", None)  # type: ignore[arg-type]
+
+
 def execute_notebook(notebook: Path, output: Path, parameters: dict, kernel_name: str, cwd: Path) -> str | None:
     """Run a notebook with papermill into `output`; returns None, or the error text if a cell raised.
 
     Inside `perflib.campaign.kernels.kernel_session` the notebook runs in the session's kernel
     instead of a fresh one; the executed notebook is the same either way."""
+    without_iri_grammars()
     import papermill
     from papermill.exceptions import PapermillExecutionError
 

@@ -23,7 +23,7 @@ from perflib import load, report, rundir
 from perflib.campaign import claims, kernels
 from perflib.campaign.captures import collect_segment
 from perflib.campaign.guard import GpuGuard
-from perflib.campaign.notebooks import NOTEBOOKS, execute_notebook, find_kernel
+from perflib.campaign.notebooks import NOTEBOOKS, execute_notebook, find_kernel, without_iri_grammars
 from perflib.campaign.servers import Prepared, ServedArm, prepare
 from perflib.config import ArmSpec, BackendSpec, Campaign, RunSpec
 from perflib.errors import PerflibError
@@ -61,6 +61,7 @@ class _Progress:
 
 
 def _check_notebook_extras() -> None:
+    without_iri_grammars()
     try:
         import jupyter_client  # noqa: F401
         import papermill  # noqa: F401
