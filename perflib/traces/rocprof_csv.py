@@ -126,12 +126,25 @@ def read_kernel_trace_lean(path: Path, header: list[str] | None = None, table: A
     checked as in `read_kernel_trace`, and the rows come out in the same order. `table`: those columns
     already parsed (`prefetch.ArrowCSV`, while pandas imported).
     """
+    header = header or csvread.header_of(path)
+    frame = _read_lean(path, header, KERNEL, "kernel_name", "kernel", table)
+    return frame, {"header_version": kernel_header_version(header), "columns": len(header), "lean": True}
+
+
+def read_memory_copy_trace_lean(path: Path, header: list[str] | None = None) -> tuple[pd.DataFrame, dict]:
+    """`memory_copy_trace.csv` -> a lean table of kind memcpy (`kernel` = the `Direction`)."""
+    header = header or csvread.header_of(path)
+    return _read_lean(path, header, MEMCPY, "direction", "memcpy"), {"columns": len(header), "lean": True}
+
+
+def _read_lean(path: Path, header: list[str], spec: str, name_key: str, kind: str, table: Any = None) -> pd.DataFrame:
+    """The lean read of one rocprofv3 CSV: `name_key`'s column as dictionary codes, start, end and
+    correlation as int64, every row of kind `kind`."""
     import pyarrow as pa
 
-    header = header or csvread.header_of(path)
-    names = csvread.columns(path, header, KERNEL, REQUIRED[KERNEL])
+    names = csvread.columns(path, header, spec, REQUIRED[spec])
     types: dict[str, Any] = {
-        names["kernel_name"]: pa.dictionary(pa.int32(), pa.string()),
+        names[name_key]: pa.dictionary(pa.int32(), pa.string()),
         names["start_timestamp"]: pa.int64(),
         names["end_timestamp"]: pa.int64(),
     }
@@ -142,39 +155,13 @@ def read_kernel_trace_lean(path: Path, header: list[str] | None = None, table: A
         table = csvread.read_arrow(path, header, types, {"start_timestamp", "end_timestamp", "correlation_id"},
                                    stream_gzip=True)
     n = table.num_rows
-    codes, distinct = csvread.dictionary_codes(table, names["kernel_name"])
+    codes, distinct = csvread.dictionary_codes(table, names[name_key])
     start = csvread.int_column(table, names["start_timestamp"], n, path, required=True)
     end = csvread.int_column(table, names["end_timestamp"], n, path, required=True)
     correlation = csvread.int_column(table, corr, n, path)
     del table
-    frame = schema.lean_dispatch_frame(codes, distinct, start, end, correlation, "kernel", SOURCE, path,
-                                       csvread.line_label)
-    return frame, {"header_version": kernel_header_version(header), "columns": len(header), "lean": True}
-
-
-def read_memory_copy_trace_lean(path: Path, header: list[str] | None = None) -> tuple[pd.DataFrame, dict]:
-    """`memory_copy_trace.csv` -> a lean table of kind memcpy (`kernel` = the `Direction`)."""
-    import pyarrow as pa
-
-    header = header or csvread.header_of(path)
-    names = csvread.columns(path, header, MEMCPY, REQUIRED[MEMCPY])
-    types: dict[str, Any] = {
-        names["direction"]: pa.dictionary(pa.int32(), pa.string()),
-        names["start_timestamp"]: pa.int64(),
-        names["end_timestamp"]: pa.int64(),
-    }
-    corr = names.get("correlation_id")
-    if corr:
-        types[corr] = pa.int64()
-    table = csvread.read_arrow(path, header, types, {"start_timestamp", "end_timestamp", "correlation_id"},
-                               stream_gzip=True)
-    n = table.num_rows
-    codes, distinct = csvread.dictionary_codes(table, names["direction"])
-    frame = schema.lean_dispatch_frame(
-        codes, distinct, csvread.int_column(table, names["start_timestamp"], n, path, required=True),
-        csvread.int_column(table, names["end_timestamp"], n, path, required=True),
-        csvread.int_column(table, corr, n, path), "memcpy", SOURCE, path, csvread.line_label)
-    return frame, {"columns": len(header), "lean": True}
+    return schema.lean_dispatch_frame(codes, distinct, start, end, correlation, kind, SOURCE, path,
+                                      csvread.line_label)
 
 
 def read_memory_copy_trace(path: Path, header: list[str] | None = None) -> tuple[pd.DataFrame, dict]:
