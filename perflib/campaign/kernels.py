@@ -16,6 +16,7 @@ closed (its kernel shut down) when its group is done, or on Ctrl-C.
 from __future__ import annotations
 
 import contextlib
+import functools
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -68,6 +69,7 @@ class KernelSession:
                 run_sync(km.shutdown_kernel)(now=True)
 
 
+@functools.cache
 def quiet_kernel_manager() -> type:
     """jupyter_client's kernel manager, but shutting a kernel down does not send it SIGINT first.
 

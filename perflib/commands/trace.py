@@ -153,10 +153,6 @@ def run_summary(args: argparse.Namespace) -> int:
     """Read the trace, summarise the window, print a table or one JSON object."""
     from perflib.traces import prefetch
 
-    if args.top < 0:
-        from perflib.errors import PerflibError
-
-        raise PerflibError(f"--top {args.top}: expected a count >= 0")
     # a large Kineto file is parsed in a child, a large kernel_trace.csv in a thread, while pandas imports here
     pre = prefetch.start(args.path) or prefetch.start_csv(args.path)
     from perflib import attribution, classes
