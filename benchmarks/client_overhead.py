@@ -14,7 +14,11 @@ the window. Comparing both clients shows whether perflib's client changes what i
     python benchmarks/client_overhead.py --out results.json
 
 Reference (LOADGEN.md §6, same kind of 2-core machine): a minimal httpx reader spends ~115–176 µs
-per token; perflib's goal is ≤ 50 µs at N = 64.
+per token. Goals (issue 14): ≤ 25 µs per token at N = 64 for perflib's client in one process, and the
+server step under it within 1% of the step under the minimal reader. `--rounds R` measures each
+client R times in alternating order and reports the median of the per-round step ratios; the
+`floor` client (a timestamp and an append per read) shows what waking up once per token costs on
+the machine, whatever the reader does.
 """
 
 from __future__ import annotations
@@ -79,6 +83,44 @@ async def raw_request(host: str, port: int, body: bytes) -> dict[str, Any]:
     return {"start_ns": start, "end_ns": mono(), "chunk_ns": chunk_ns, "timings": timings}
 
 
+class _FloorProtocol(asyncio.Protocol):
+    """The least a reader can do per read: take the timestamp and keep the bytes (parsed after the stream)."""
+
+    def __init__(self, done: asyncio.Future) -> None:
+        self.reads: list[tuple[int, bytes]] = []
+        self.done = done
+
+    def data_received(self, data: bytes) -> None:
+        self.reads.append((mono(), data))
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if not self.done.done():
+            self.done.set_result(None)
+
+
+async def floor_request(host: str, port: int, body: bytes) -> dict[str, Any]:
+    """The floor: one wake-up, one timestamp and one append per read (perflib's loop, a bare Protocol);
+    the token events are counted from the kept reads once the server closed the connection."""
+    loop = asyncio.get_running_loop()
+    start = mono()
+    done = loop.create_future()
+    transport, proto = await loop.create_connection(lambda: _FloorProtocol(done), host, port)
+    transport.write(b"POST /v1/completions HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\n"
+                    b"Connection: close\r\nContent-Length: %d\r\n\r\n" % (host.encode(), len(body)) + body)
+    await done
+    chunk_ns: list[int] = []
+    for t, data in proto.reads:
+        k = data.count(TEXT_TOKEN) - data.count(EMPTY_TEXT)
+        if k:
+            chunk_ns.extend([t] * k)
+    tail = b"".join(data for _, data in proto.reads[-3:])
+    timings = None
+    at = tail.find(b'"timings":{')
+    if at >= 0:
+        timings = json.loads(tail[at + 10:tail.find(b"}", at) + 1])
+    return {"start_ns": start, "end_ns": mono(), "chunk_ns": chunk_ns, "timings": timings}
+
+
 async def perflib_request(client: Any, base_url: str, i: int, max_tokens: int, transport: str) -> dict[str, Any]:
     from perflib import load
 
@@ -112,6 +154,8 @@ async def child(kind: str, base_url: str, concurrency: int, warmup: float, durat
                 counter[0] += 1
                 if kind == "raw":
                     rec = await raw_request(host, int(port), _body(counter[0], max_tokens))
+                elif kind == "floor":
+                    rec = await floor_request(host, int(port), _body(counter[0], max_tokens))
                 else:
                     transport = "httpx" if kind == "perflib-httpx" else "raw"
                     rec = await perflib_request(client, base_url, counter[0], max_tokens, transport)
@@ -275,7 +319,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--concurrency", default="1,4,16,64")
     parser.add_argument("--clients", default="perflib,perflib-httpx,raw",
-                        help="perflib (its default reader and loop), perflib-httpx (its httpx transport), raw")
+                        help="perflib (its default reader and loop), perflib-httpx (its httpx transport), raw (a "
+                             "minimal raw-socket reader on stdlib asyncio), floor (a timestamp and an append per read "
+                             "on perflib's loop: the least a reader can cost)")
+    parser.add_argument("--rounds", type=int, default=1,
+                        help="measure every client this many times at each N, the order reversed every other "
+                             "round; the server step of perflib against raw is then a median of paired ratios")
     parser.add_argument("--warmup", type=float, default=3.0, help="s before the window (prefills, ramp-up)")
     parser.add_argument("--duration", type=float, default=10.0, help="window length in s")
     parser.add_argument("--max-tokens", type=int, default=256)
@@ -300,14 +349,15 @@ def main(argv: list[str] | None = None) -> int:
 
         coro = child(args.child, args.base_url, int(args.concurrency), args.warmup, args.duration, args.max_tokens)
         # perflib's client runs on perflib's loop (uvloop when installed); the minimal reader on stdlib asyncio
-        result = load.run_async(coro) if args.child.startswith("perflib") else asyncio.run(coro)
+        result = load.run_async(coro) if args.child in ("perflib", "perflib-httpx", "floor") else asyncio.run(coro)
         print(json.dumps(result))
         return 0
 
     results = [] if args.skip_server else llama_rows(args)
     ceilings = ceiling_rows(args) if args.ceiling_workers else []
     if args.out:
-        Path(args.out).write_text(json.dumps({**({"results": results} if results else {}), "ceiling": ceilings,
+        Path(args.out).write_text(json.dumps({**({"results": results, "paired": PAIRED} if results else {}),
+                                              "ceiling": ceilings, "rounds": args.rounds,
                                               "max_tokens": args.max_tokens, "window_s": args.duration,
                                               "warmup_s": args.warmup, "server_flags": SERVER_FLAGS,
                                               "method": METHOD, "ceiling_method": CEILING_METHOD,
@@ -345,27 +395,26 @@ def llama_rows(args: argparse.Namespace) -> list[dict[str, Any]]:
     SERVER_FLAGS[:] = handle.flags
     results = []
     try:
-        for n in levels:
-            for kind in args.clients.split(","):
-                cmd = [sys.executable, __file__, "--child", kind, "--base-url", handle.base_url,
-                       "--concurrency", str(n), "--warmup", str(args.warmup), "--duration", str(args.duration),
-                       "--max-tokens", str(args.max_tokens)]
-                proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
-                if proc.returncode != 0:
-                    raise SystemExit(f"child {kind} N={n} failed:\n{proc.stderr[-2000:]}")
-                row = json.loads(proc.stdout.strip().splitlines()[-1])
-                results.append(row)
-                print(f"N={n:>2} {kind:>7}: {row['cpu_us_per_token']} us/token, {row['tokens']} tokens, "
-                      f"{row['errors']} failed requests ({row['first_error']})", file=sys.stderr)
+        for n, rnd, kind in _schedule(levels, args.clients.split(","), args.rounds):
+            cmd = [sys.executable, __file__, "--child", kind, "--base-url", handle.base_url,
+                   "--concurrency", str(n), "--warmup", str(args.warmup), "--duration", str(args.duration),
+                   "--max-tokens", str(args.max_tokens)]
+            proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+            if proc.returncode != 0:
+                raise SystemExit(f"child {kind} N={n} failed:\n{proc.stderr[-2000:]}")
+            row = {**json.loads(proc.stdout.strip().splitlines()[-1]), "round": rnd}
+            results.append(row)
+            print(f"N={n:>2} round {rnd} {kind:>7}: {row['cpu_us_per_token']} us/token, {row['tokens']} tokens, "
+                  f"{row['errors']} failed requests ({row['first_error']})", file=sys.stderr)
     finally:
         handle.stop()
 
     f = _f
-    table = [[r["concurrency"], f"{r['client']} ({r['event_loop']})", r["tokens"], f(r["cpu_s"], "{:.3f}"),
+    table = [[r["concurrency"], r["round"], f"{r['client']} ({r['event_loop']})", r["tokens"], f(r["cpu_s"], "{:.3f}"),
               f(r["cpu_us_per_token"], "{:.1f}"), f(r["client_itl_median_ms"], "{:.2f}"),
               f(r["server_step_ms_counters"], "{:.2f}"), f(r["server_step_ms_timings"], "{:.2f}"),
               f(r["occupancy"], "{:.2f}"), r["errors"]] for r in results]
-    print(tabulate(table, headers=["N", "client", "tokens in window", "client CPU (s)", "CPU per token (us)",
+    print(tabulate(table, headers=["N", "round", "client", "tokens in window", "client CPU (s)", "CPU per token (us)",
                                    "client ITL median (ms)", "server step, counters (ms)",
                                    "server step, timings (ms)", "occupancy (slots/step)", "failed requests"],
                    disable_numparse=True))
@@ -377,7 +426,42 @@ def llama_rows(args: argparse.Namespace) -> list[dict[str, Any]]:
               f"llama-server --parallel {parallel} -t 1, random-weight {server.ensure_test_model().name}; goals for "
               "perflib: <= 25 us/token at N=64, server step within 1% of the step under the raw reader")
     print("\n" + METHOD)
+    PAIRED[:] = paired_steps(results)
+    for p in PAIRED:
+        print(f"N={p['concurrency']}: {p['client']} per token {p['cpu_us_per_token_median']:.1f} us (median of "
+              f"{p['rounds']}); server step / under raw, per round: "
+              + ", ".join(f"{x:.4f}" for x in p["step_ratios"])
+              + f"; median {p['step_ratio_median']:.4f} ({100 * (p['step_ratio_median'] - 1):+.2f}%)")
     return results
+
+
+PAIRED: list[dict[str, Any]] = []
+
+
+def _schedule(levels: list[int], clients: list[str], rounds: int) -> list[tuple[int, int, str]]:
+    """(N, round, client) in the order run: every client once per round, the order reversed every other
+    round (ABBA), so that a drift of the machine's load weighs on each client alike."""
+    return [(n, r, kind) for n in levels for r in range(1, rounds + 1)
+            for kind in (clients if r % 2 else clients[::-1])]
+
+
+def paired_steps(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per N and client other than raw: the server step (counters) under it / under raw in the same round,
+    per round and their median; and the client's CPU per token, median over rounds."""
+    out = []
+    for n in sorted({r["concurrency"] for r in results}):
+        at = [r for r in results if r["concurrency"] == n]
+        raw = {r["round"]: r["server_step_ms_counters"] for r in at if r["client"] == "raw"}
+        for kind in dict.fromkeys(r["client"] for r in at if r["client"] != "raw"):
+            rows = [r for r in at if r["client"] == kind]
+            ratios = [r["server_step_ms_counters"] / raw[r["round"]] for r in rows
+                      if r["server_step_ms_counters"] and raw.get(r["round"])]
+            cpu = [r["cpu_us_per_token"] for r in rows if r["cpu_us_per_token"] is not None]
+            if ratios and cpu:
+                out.append({"concurrency": n, "client": kind, "rounds": len(rows), "step_ratios": ratios,
+                            "step_ratio_median": statistics.median(ratios),
+                            "cpu_us_per_token_median": statistics.median(cpu)})
+    return out
 
 
 def ceiling_rows(args: argparse.Namespace) -> list[dict[str, Any]]:

@@ -11,18 +11,19 @@ import contextlib
 import os
 import subprocess
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import pandas as pd
-
-from perflib import derive, load, sweep
+from perflib import load
 from perflib.campaign import kernels
 from perflib.campaign.validate import load_campaign
 from perflib.config import Campaign, RunSpec
 from perflib.errors import PerflibError
+
+if TYPE_CHECKING:  # the runner's process imports this module but never pandas, sweep or derive (0.9 s)
+    import pandas as pd
 
 NOTEBOOKS = Path(__file__).resolve().parents[2] / "notebooks"
 
@@ -55,6 +56,8 @@ def collect_run(campaign_file: str | Path, arm: str, backend: str, batch: int, c
     A server that does not answer leaves an incomplete manifest naming the URL and raises, so
     the runner records the failure and goes on.
     """
+    from perflib import sweep
+
     campaign = load_campaign(campaign_file)
     data = Path(data_dir) if data_dir else campaign.data_dir
     run = RunSpec(campaign.name, arm, backend, batch, context, repeat, campaign.decode_tokens)
@@ -122,23 +125,27 @@ def without_iri_grammars() -> None:
         sys.modules.setdefault("rfc3987_syntax", None)  # type: ignore[arg-type]
 
 
+def import_papermill() -> Any:
+    """papermill, imported without jsonschema's IRI grammars (`without_iri_grammars`)."""
+    without_iri_grammars()
+    import papermill
+
+    return papermill
+
+
 def execute_notebook(notebook: Path, output: Path, parameters: dict, kernel_name: str, cwd: Path) -> str | None:
     """Run a notebook with papermill into `output`; returns None, or the error text if a cell raised.
 
     Inside `perflib.campaign.kernels.kernel_session` the notebook runs in the session's kernel
     instead of a fresh one; the executed notebook is the same either way."""
-    without_iri_grammars()
-    import papermill
+    papermill = import_papermill()
     from papermill.exceptions import PapermillExecutionError
 
     output.parent.mkdir(parents=True, exist_ok=True)
-    # the kernel runs in `cwd`: make sure it imports this perflib, whatever the install looks like
-    root = str(Path(__file__).resolve().parents[2])
-    path = os.environ.get("PYTHONPATH", "")
-    env = {"PYTHONPATH": root + (os.pathsep + path if path else "")} if root not in path.split(os.pathsep) else {}
+    env = _kernel_env()
     session = kernels.current()  # inside `kernels.kernel_session`: this thread's kernel, kept between notebooks
     try:
-        with _environment(env):
+        with kernels.environment(env):
             papermill.execute_notebook(str(notebook), str(output), parameters=parameters, kernel_name=kernel_name,
                                        progress_bar=False, cwd=str(cwd), extra_arguments=[KERNEL_LOG_LEVEL],
                                        kernel_manager_class=kernels.quiet_kernel_manager(),
@@ -155,24 +162,30 @@ def execute_notebook(notebook: Path, output: Path, parameters: dict, kernel_name
     return None
 
 
-@contextlib.contextmanager
-def _environment(env: dict[str, str]) -> Iterator[None]:
-    saved = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
-    try:
-        yield
-    finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
+def _kernel_env() -> dict[str, str]:
+    """What the kernel's environment needs added: it runs in another folder, so PYTHONPATH must name this
+    perflib, whatever the install looks like."""
+    root = str(Path(__file__).resolve().parents[2])
+    path = os.environ.get("PYTHONPATH", "")
+    return {"PYTHONPATH": root + (os.pathsep + path if path else "")} if root not in path.split(os.pathsep) else {}
+
+
+def prestart_kernel(cwd: Path) -> None:
+    """Inside `kernels.kernel_session`: start its kernel in `cwd` now, as `execute_notebook` would
+    start it, and have it import what the notebooks use, both in the background
+    (`KernelSession.prestart`). Outside a session, nothing."""
+    session = kernels.current()
+    if session is not None:
+        cwd.mkdir(parents=True, exist_ok=True)
+        session.prestart(str(cwd), [KERNEL_LOG_LEVEL], _kernel_env())
 
 
 def profile_run(campaign_file: str | Path, arm: str, backend: str, batch: int, context: int, repeat: int,
                 data_dir: str | Path | None = None) -> dict[str, pd.DataFrame]:
     """Attribute one run's trace, windowed to its level, and write its tables to
     `data/derived/<campaign>/runs/<arm>/<backend>/<run>/` (`perflib.derive.run_tables`)."""
+    from perflib import derive
+
     campaign = load_campaign(campaign_file)
     if data_dir is not None:
         campaign = replace(campaign, data_dir=Path(data_dir))

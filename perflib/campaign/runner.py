@@ -19,11 +19,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from perflib import load, report, rundir
+from perflib import load, rundir
 from perflib.campaign import claims, kernels
-from perflib.campaign.captures import collect_segment
 from perflib.campaign.guard import GpuGuard
-from perflib.campaign.notebooks import NOTEBOOKS, execute_notebook, find_kernel, without_iri_grammars
+from perflib.campaign.notebooks import (
+    NOTEBOOKS,
+    execute_notebook,
+    find_kernel,
+    import_papermill,
+    prestart_kernel,
+    without_iri_grammars,
+)
 from perflib.campaign.servers import Prepared, ServedArm, prepare
 from perflib.config import ArmSpec, BackendSpec, Campaign, RunSpec
 from perflib.errors import PerflibError
@@ -61,13 +67,13 @@ class _Progress:
 
 
 def _check_notebook_extras() -> None:
-    without_iri_grammars()
-    try:
-        import jupyter_client  # noqa: F401
-        import papermill  # noqa: F401
-    except ImportError as exc:
-        raise PerflibError(f"`perflib campaign run` needs the notebook extras ({exc.name} is missing): "
-                           "pip install 'perflib[notebooks]'") from None
+    """The notebook extras are installed (found, not imported: papermill is imported while a server starts)."""
+    import importlib.util
+
+    for name in ("jupyter_client", "nbclient", "papermill"):
+        if importlib.util.find_spec(name) is None:
+            raise PerflibError(f"`perflib campaign run` needs the notebook extras ({name} is missing): "
+                               "pip install 'perflib[notebooks]'")
 
 
 def run_campaign(campaign: Campaign, data_dir: Path | None = None, reports_dir: Path | None = None,
@@ -81,6 +87,7 @@ def run_campaign(campaign: Campaign, data_dir: Path | None = None, reports_dir: 
     run is redone (`CPU_ATTEMPTS`) and at last kept, marked contended; None samples nothing."""
     from tqdm import tqdm
 
+    without_iri_grammars()
     _check_notebook_extras()
     data = Path(data_dir or campaign.data_dir)
     runs = [r for r in campaign.expand(only) if not campaign.backend(r.backend).trace_only]  # nothing to serve
@@ -122,6 +129,9 @@ def run_campaign(campaign: Campaign, data_dir: Path | None = None, reports_dir: 
                     _serve_group(campaign, arm, backend, fresh, data, how, state, ready, held, log)
     finally:
         state.bar.close()
+    if write_page:
+        from perflib import report  # pandas, matplotlib, jinja2: only for the page
+
     page = report.write_report(campaign, data_dir=data, reports_dir=reports_dir) if write_page else None
     return CampaignResult(tuple(state.done), tuple(skipped), tuple(state.failed), tuple(state.contended), page,
                           tuple(state.claimed))
@@ -174,49 +184,63 @@ def _serve_group(campaign: Campaign, arm: ArmSpec, backend: BackendSpec, group: 
     """Long: start the (arm, backend) server, measure its runs (starting it again where it died),
     stop it (also on Ctrl-C), then cut its capture into the runs and profile them."""
     served = ServedArm(campaign, arm, backend, data, prepared, log=log)
-    try:
-        served.start()
-    except PerflibError as exc:
-        for run in group:
-            state.fail(run, data, f"server for {arm.name}/{backend.name} did not start: {exc}")
-        return
     measured: list[RunSpec] = []
-    current: RunSpec | None = None
+    started = False
     try:
         with kernels.kernel_session(how.kernel):  # one kernel for the group's collect notebooks
-            for i, run in enumerate(group):
-                current = run
-                try:
-                    served.ensure_running()
-                except PerflibError as exc:
-                    for rest in group[i:]:
-                        state.fail(rest, data, f"server for {arm.name}/{backend.name} could not be started again: {exc}")
-                    current = None
-                    break
-                if how.gpu is not None and served.current and served.current.handle:
-                    how.gpu.own_roots.add(served.current.handle.process.pid)
-                state.bar.set_postfix_str(run.label)
-                error = _measure(campaign, run, data, served, how, state.contended)
-                died = served.died()
-                if died and (error or not rundir.is_complete(run.run_dir(data))):
-                    rundir.mark_incomplete(run.run_dir(data), run.manifest_keys(), f"during this run the {died}")
-                    error = f"{error + '; ' if error else ''}{died}"
-                if error:
-                    state.fail(run, data, error, mark=False)  # _one_run marked it
-                else:
-                    state.done.append(run.label)
-                    state.bar.update(1)
-                measured.append(run)
-                held.refresh()
-                current = None
+            # it boots and imports pandas and perflib while the server loads its model: a second or two each
+            prestart_kernel(group[0].run_dir(data).parent)
+            import_papermill()  # half a second, also while the kernel boots
+            try:
+                served.start()
+            except PerflibError as exc:
+                for run in group:
+                    state.fail(run, data, f"server for {arm.name}/{backend.name} did not start: {exc}")
+                return
+            started = True
+            _measure_group(campaign, arm, backend, group, data, how, state, served, held, measured)
+    finally:  # the kernel is gone by now; the server stops, then its capture is cut and profiled
+        if started:
+            served.__exit__(*sys.exc_info())
+            _collect(campaign, served, measured, data, how.kernel, how.notebooks, state, log)
+
+
+def _measure_group(campaign: Campaign, arm: ArmSpec, backend: BackendSpec, group: list[RunSpec], data: Path,
+                   how: _How, state: _Progress, served: ServedArm, held: claims.Claim,
+                   measured: list[RunSpec]) -> None:
+    """Measure the started server's runs one after the other (starting it again where it died); a
+    Ctrl-C marks the run in progress incomplete. `measured` gets each run that was tried."""
+    current: RunSpec | None = None
+    try:
+        for i, run in enumerate(group):
+            current = run
+            try:
+                served.ensure_running()
+            except PerflibError as exc:
+                for rest in group[i:]:
+                    state.fail(rest, data, f"server for {arm.name}/{backend.name} could not be started again: {exc}")
+                return
+            if how.gpu is not None and served.current and served.current.handle:
+                how.gpu.own_roots.add(served.current.handle.process.pid)
+            state.bar.set_postfix_str(run.label)
+            error = _measure(campaign, run, data, served, how, state.contended)
+            died = served.died()
+            if died and (error or not rundir.is_complete(run.run_dir(data))):
+                rundir.mark_incomplete(run.run_dir(data), run.manifest_keys(), f"during this run the {died}")
+                error = f"{error + '; ' if error else ''}{died}"
+            if error:
+                state.fail(run, data, error, mark=False)  # _one_run marked it
+            else:
+                state.done.append(run.label)
+                state.bar.update(1)
+            measured.append(run)
+            held.refresh()
+            current = None
     except KeyboardInterrupt:
         if current is not None:
             rundir.mark_incomplete(current.run_dir(data), current.manifest_keys(),
                                    "interrupted (Ctrl-C) during this run; measure it again with the same command")
         raise
-    finally:
-        served.__exit__(*sys.exc_info())
-        _collect(campaign, served, measured, data, how.kernel, how.notebooks, state, log)
 
 
 def _measure(campaign: Campaign, run: RunSpec, data: Path, served: ServedArm, how: _How,
@@ -249,6 +273,8 @@ def _collect(campaign: Campaign, served: ServedArm, measured: list[RunSpec], dat
     """After the server stopped: cut each start's capture into its runs, then profile the traced runs."""
     if served.profiler.kind == "none" or not measured:
         return
+    from perflib.campaign.captures import collect_segment  # the trace readers: only where a profiler ran
+
     keep = served.profiler.keep_repeats
     for segment in served.segments:
         if segment.capture is not None and segment.runs and segment.capture.kind != "torch":

@@ -194,25 +194,34 @@ def server_identity_of(launch: Launch) -> dict[str, Any]:
             "binary": shutil.which(binary) or binary, "binary_sha256": binary_sha256(binary)}
 
 
+HEALTH_POLL_S = 0.05
+"""Seconds between health polls while a server starts."""
+
+
 def wait_healthy(launch: Launch, process: subprocess.Popen | None = None) -> None:
     """Poll the health URL until it answers 200; a process that exits first is an error with its log."""
     import httpx
 
+    from perflib.load import tls
+
     deadline = time.monotonic() + launch.ready_timeout_s
     last = "no answer"
-    while time.monotonic() < deadline:
-        if process is not None and process.poll() is not None:
-            tail = launch.log_path.read_text(errors="replace")[-2000:] if launch.log_path.is_file() else ""
-            raise PerflibError(f"{launch.kind} exited with code {process.returncode} before it was healthy "
-                               f"({' '.join(launch.argv[:3])} ...); log {launch.log_path}:\n{tail}")
-        try:
-            resp = httpx.get(launch.health_url, timeout=2.0, trust_env=False)
-            if resp.status_code == 200:
-                return
-            last = f"HTTP {resp.status_code}"
-        except httpx.HTTPError as exc:
-            last = type(exc).__name__
-        time.sleep(0.2)
+    # one client (a new one per poll loaded the CA bundle each time: 60 ms), polled often: every
+    # 0.2 s of interval cost 0.1 s of a campaign's start on average
+    with httpx.Client(timeout=2.0, trust_env=False, verify=tls.context()) as client:
+        while time.monotonic() < deadline:
+            if process is not None and process.poll() is not None:
+                tail = launch.log_path.read_text(errors="replace")[-2000:] if launch.log_path.is_file() else ""
+                raise PerflibError(f"{launch.kind} exited with code {process.returncode} before it was healthy "
+                                   f"({' '.join(launch.argv[:3])} ...); log {launch.log_path}:\n{tail}")
+            try:
+                resp = client.get(launch.health_url, headers={"Connection": "close"})
+                if resp.status_code == 200:
+                    return
+                last = f"HTTP {resp.status_code}"
+            except httpx.HTTPError as exc:
+                last = type(exc).__name__
+            time.sleep(HEALTH_POLL_S)
     raise PerflibError(f"{launch.health_url} did not answer 200 within {launch.ready_timeout_s:.0f} s "
                        f"(last: {last}); log {launch.log_path}")
 

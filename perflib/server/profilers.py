@@ -104,9 +104,11 @@ def toggle_torch_profile(base_url: str, which: str, timeout: float = 600.0) -> N
     """
     import httpx
 
+    from perflib.load import tls
+
     url = base_url.rstrip("/") + f"/{which}_profile"
     try:
-        resp = httpx.post(url, timeout=timeout, trust_env=False)
+        resp = httpx.post(url, timeout=timeout, trust_env=False, verify=tls.context())
     except httpx.HTTPError as exc:
         raise PerflibError(f"{url}: {type(exc).__name__}: {exc}") from exc
     if resp.status_code != 200:

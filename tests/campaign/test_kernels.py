@@ -56,3 +56,32 @@ def test_a_kernel_that_died_is_replaced_at_the_next_notebook(tmp_path):
             pc.execute_notebook(nb, tmp_path / "b.ipynb", {"value": 1}, kernel, cwd=tmp_path)
         assert pc.execute_notebook(nb, tmp_path / "c.ipynb", {"value": 0}, kernel, cwd=tmp_path) is None
     assert _outputs(tmp_path / "a.ipynb").split()[0] != _outputs(tmp_path / "c.ipynb").split()[0]
+
+
+def test_a_prestarted_kernel_has_imported_before_the_first_notebook_which_reads_as_without_it(tmp_path):
+    """`prestart_kernel` starts the kernel and its imports in the background (the runner does it before a
+    server starts); the first notebook then runs in that kernel, with the modules already there, and
+    its executed file is what a kernel started by nbclient gives: counts from 1, no stray output."""
+    nb = _notebook(tmp_path / "nb.ipynb", "import os, sys\nprint(os.getpid(), 'pandas' in sys.modules, os.getcwd())")
+    work = tmp_path / "work"
+    kernel = pc.find_kernel()
+    with kernels.kernel_session(kernel) as session:
+        pc.prestart_kernel(work)
+        assert session.km is not None and session.km.has_kernel and not session.ready
+        prestarted = session.km.provisioner.pid
+        assert pc.execute_notebook(nb, tmp_path / "a.ipynb", {"value": 1}, kernel, cwd=work) is None
+        assert session.ready and session.km.provisioner.pid == prestarted  # the same kernel, not a new one
+    pid, imported, cwd = _outputs(tmp_path / "a.ipynb").split()
+    assert (imported, cwd) == ("True", str(work))  # `PREIMPORT` ran, in the folder the notebook asked for
+    cells = [c for c in json.loads((tmp_path / "a.ipynb").read_text())["cells"] if c["cell_type"] == "code"]
+    assert [c["execution_count"] for c in cells] == list(range(1, len(cells) + 1))
+    assert [len(c["outputs"]) for c in cells] == [0] * (len(cells) - 1) + [1]
+    with kernels.kernel_session(kernel) as plain:  # without a prestart: nbclient starts it, nothing imported
+        assert pc.execute_notebook(nb, tmp_path / "b.ipynb", {"value": 1}, kernel, cwd=work) is None
+        assert plain.ready
+    assert _outputs(tmp_path / "b.ipynb").split()[1] == "False"
+
+
+def test_prestart_outside_a_session_does_nothing(tmp_path):
+    pc.prestart_kernel(tmp_path / "w")
+    assert kernels.current() is None and not (tmp_path / "w").exists()

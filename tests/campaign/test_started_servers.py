@@ -187,7 +187,10 @@ def test_profilers_wrap_or_inject_the_server_and_their_captures_are_cut_and_prof
           profiler: {{kind: cupti, library: {library}}}
         """
     campaign = pc.load_campaign(write_campaign(tmp_path, llama_server_binary, backends))
-    result = pc.run_campaign(campaign, progress=False)
+    # contention off: on a loaded machine a run redone three times is kept marked contended and its trace
+    # is left out of trace_runs, which is right but not what this test is about (tests/load/test_contention.py
+    # and tests/commands/test_contention_flags.py cover it)
+    result = pc.run_campaign(campaign, progress=False, contention_threshold=None)
     assert result.failed == (), result.failed
     trace_runs = pd.read_csv(campaign.derived_dir() / "trace_runs.csv")
     for backend in ("rocprof", "nsys", "cupti"):
