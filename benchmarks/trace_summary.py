@@ -20,12 +20,18 @@ around the child, peak RSS of the child via `resource.getrusage(RUSAGE_CHILDREN)
    needs ~14 GiB). Goals: summary no slower than the bare parse; within 2 GiB at 10M.
 4. rocpd SQLite of `--rocpd-size` dispatches (default 10M), written by `writers.write_rocpd`: perflib's
    summary. Goal: within 2 GiB.
+5. CUPTI activity text (`cupti_trace_injection` stdout, gzipped as a cut capture is kept) of
+   `--cupti-size` kernels (default 1M), each with its `cudaLaunchKernel` RUNTIME record, written by
+   `writers.write_cupti_text` from the same dispatch pattern: `perflib trace summary --json` (the
+   chunked lean read) versus the in-memory path it replaced (`read_cupti_text_by_line` + `summarize`,
+   one run: it is slow) and versus a bare gunzip of the file.
 
-`--quick` runs small sizes (100k, 300k; Kineto and rocpd 300k; HTA 20k; one run each) for development.
+`--quick` runs small sizes (100k, 300k; Kineto and rocpd 300k; HTA 20k; CUPTI 50k; one run each) for
+development. `--only` runs some of the cases (csv, hta, kineto, rocpd, cupti).
 
-Usage: python benchmarks/trace_summary.py [--quick] [--sizes N,N,...] [--hta-rows N] [--kineto PATH ...]
-       [--kineto-sizes N,...] [--rocpd-size N] [--repeat K] [--repeat-large K] [--out results.json]
-       [--workdir DIR]
+Usage: python benchmarks/trace_summary.py [--quick] [--only CASE,...] [--sizes N,N,...] [--hta-rows N]
+       [--kineto PATH ...] [--kineto-sizes N,...] [--rocpd-size N] [--cupti-size N] [--repeat K]
+       [--repeat-large K] [--out results.json] [--workdir DIR]
 """
 
 from __future__ import annotations
@@ -60,6 +66,10 @@ print(json.dumps({"wall_s": wall, "max_rss_mib": resource.getrusage(resource.RUS
 BARE_CSV = "import sys, pyarrow.csv as c; c.read_csv(sys.argv[1])"
 IN_MEMORY = ("import sys; from perflib.traces import read_trace; from perflib.attribution import summarize; "
              "summarize(read_trace(sys.argv[1])).to_dict()")
+IN_MEMORY_CUPTI = ("import sys; from perflib.traces.cupti_text import read_cupti_text_by_line; "
+                   "from perflib.attribution import summarize; summarize(read_cupti_text_by_line(sys.argv[1])).to_dict()")
+BARE_GUNZIP = ("import sys, zlib; d = zlib.decompressobj(wbits=47); f = open(sys.argv[1], 'rb')\n"
+               "while b := f.read(1 << 22): d.decompress(b)")
 BARE_KINETO = "import gzip, json, sys; p = sys.argv[1]; f = gzip.open(p) if p.endswith('.gz') else open(p, 'rb'); json.loads(f.read())"
 HTA = (
     "import logging, sys; logging.disable(logging.WARNING); from hta.trace_analysis import TraceAnalysis; "
@@ -67,6 +77,7 @@ HTA = (
 )
 
 
+CASES = ("csv", "hta", "kineto", "rocpd", "cupti")
 GIB = 1024.0
 LARGE = 5_000_000
 """From this many dispatches on, a measurement runs `--repeat-large` times (the box is shared)."""
@@ -168,6 +179,27 @@ def write_kineto(frame, path: Path, level: int = 1) -> Path:
     return path
 
 
+def write_cupti(frame, path: Path) -> Path:
+    """The dispatches as one gzipped CUPTI text capture, a kernel and its launch record each, written
+    slice by slice (the writer's header once; correlation ids run on across slices)."""
+    import gzip
+
+    from perflib.traces import writers
+
+    part = path.with_name(path.name + ".part.txt")
+    with gzip.open(path, "wb", compresslevel=1) as out:
+        for i, at in enumerate(range(0, len(frame), SLICE)):
+            writers.write_cupti_text(frame.iloc[at:at + SLICE], part, header=i == 0)
+            with open(part, "rb") as f:
+                shutil.copyfileobj(f, out, 1 << 24)
+    part.unlink()
+    return path
+
+
+def _names(text: str) -> list[str]:
+    return [x.strip() for x in text.split(",") if x.strip()]
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--quick", action="store_true", help="small sizes, one run each (development)")
@@ -177,7 +209,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--kineto-sizes", help="generated Kineto event counts (default 1e6,1e7)")
     p.add_argument("--bare-kineto-max", type=int, default=1_000_000, help="largest Kineto file the bare parse runs on")
     p.add_argument("--rocpd-size", type=int, help="rocpd dispatches (default 1e7; 0 skips)")
-    p.add_argument("--no-in-memory", action="store_true", help="skip the in-memory path (read_trace + summarize)")
+    p.add_argument("--cupti-size", type=float, help="CUPTI text kernels, each with its launch (default 1e6; 0 skips)")
+    p.add_argument("--only", help=f"the cases to run, comma-separated, of {', '.join(CASES)} (default all)")
+    p.add_argument("--no-in-memory", action="store_true",
+                   help="skip the in-memory paths (read_trace + summarize; CUPTI: read_cupti_text_by_line + summarize)")
     p.add_argument("--repeat", type=int, help="runs per measurement; the fastest is reported (default 3)")
     p.add_argument("--repeat-large", type=int, help=f"runs per measurement from {LARGE:,} dispatches (default 1)")
     p.add_argument("--out", metavar="FILE", help="write the results as JSON here")
@@ -187,6 +222,14 @@ def main(argv: list[str] | None = None) -> int:
     sizes = _sizes(args.sizes) if args.sizes else ([100_000, 300_000] if q else [1_000_000, 3_000_000, 10_000_000])
     kineto_sizes = _sizes(args.kineto_sizes) if args.kineto_sizes else ([300_000] if q else [1_000_000, 10_000_000])
     rocpd_size = args.rocpd_size if args.rocpd_size is not None else (300_000 if q else 10_000_000)
+    cupti_size = int(args.cupti_size) if args.cupti_size is not None else (50_000 if q else 1_000_000)
+    only = set(_names(args.only)) if args.only else set(CASES)
+    if not only <= set(CASES):
+        p.error(f"--only: unknown case(s) {', '.join(sorted(only - set(CASES)))}; cases are {', '.join(CASES)}")
+    sizes = sizes if "csv" in only else []
+    kineto_sizes = kineto_sizes if "kineto" in only else []
+    rocpd_size = rocpd_size if "rocpd" in only else 0
+    cupti_size = cupti_size if "cupti" in only else 0
     hta_rows = args.hta_rows or (20_000 if q else 100_000)
     repeat = args.repeat or (1 if q else 3)
     repeat_large = args.repeat_large or 1
@@ -208,7 +251,7 @@ def main(argv: list[str] | None = None) -> int:
     table: list[tuple[str, str, dict]] = []
     frame = None
     try:
-        biggest = max([*sizes, *kineto_sizes, rocpd_size, hta_rows])
+        biggest = max([*sizes, *kineto_sizes, rocpd_size, cupti_size, hta_rows if "hta" in only else 0, 1])
         frame, info = pattern_dispatches(biggest)
         results["generated"] = info
         for n in sizes:
@@ -228,36 +271,40 @@ def main(argv: list[str] | None = None) -> int:
             row["ratio_summary_over_bare"] = row["summary"]["wall_s"] / row["bare_read"]["wall_s"]
             results["csv"].append(row)
             csv.unlink()
-        first, last = results["csv"][0], results["csv"][-1]
-        results["csv_scaling"] = {
-            "time_per_million_s": {str(r["rows"]): r["summary"]["wall_s"] / r["rows"] * 1e6 for r in results["csv"]},
-            "time_ratio_last_over_first": last["summary"]["wall_s"] / first["summary"]["wall_s"],
-            "rows_ratio_last_over_first": last["rows"] / first["rows"],
-        }
+        if results["csv"]:
+            first, last = results["csv"][0], results["csv"][-1]
+            results["csv_scaling"] = {
+                "time_per_million_s": {str(r["rows"]): r["summary"]["wall_s"] / r["rows"] * 1e6
+                                       for r in results["csv"]},
+                "time_ratio_last_over_first": last["summary"]["wall_s"] / first["summary"]["wall_s"],
+                "rows_ratio_last_over_first": last["rows"] / first["rows"],
+            }
 
-        hta_rows = min(hta_rows, len(frame))
-        hta_dir = work / "hta"
-        hta_dir.mkdir(exist_ok=True)
-        kineto = writers.write_kineto_json(frame.iloc[:hta_rows], hta_dir / "rank0.trace.json.gz")
-        doc = json.loads(__import__("gzip").decompress(kineto.read_bytes()))
-        doc["distributedInfo"] = {"rank": 0}  # HTA wants a rank
-        kineto.write_bytes(__import__("gzip").compress(json.dumps(doc).encode(), compresslevel=3))
-        del doc
-        hta = measure([sys.executable, "-c", HTA, str(hta_dir)], 1)
-        ours_small = measure([*perflib, str(kineto), "--json"], repeat)
-        table += [("HTA temporal breakdown", f"Kineto JSON, {hta_rows:,} rows", hta),
-                  ("perflib trace summary --json", f"Kineto JSON, {hta_rows:,} rows", ours_small)]
-        results["hta"] = {
-            "hta": hta, "perflib_same_file": ours_small, "rows": hta_rows,
-            "speedup_same_file": hta["wall_s"] / ours_small["wall_s"],
-            "speedup_vs_scaled_hta_on_csv": {
-                str(r["rows"]): hta["wall_s"] * r["rows"] / hta_rows / r["summary"]["wall_s"] for r in results["csv"]},
-            "goal": ">= 30x",
-            "note": f"HTA ran once on {hta_rows:,} dispatches; its time is scaled linearly to each CSV size",
-        }
+        if "hta" in only:
+            hta_rows = min(hta_rows, len(frame))
+            hta_dir = work / "hta"
+            hta_dir.mkdir(exist_ok=True)
+            kineto = writers.write_kineto_json(frame.iloc[:hta_rows], hta_dir / "rank0.trace.json.gz")
+            doc = json.loads(__import__("gzip").decompress(kineto.read_bytes()))
+            doc["distributedInfo"] = {"rank": 0}  # HTA wants a rank
+            kineto.write_bytes(__import__("gzip").compress(json.dumps(doc).encode(), compresslevel=3))
+            del doc
+            hta = measure([sys.executable, "-c", HTA, str(hta_dir)], 1)
+            ours_small = measure([*perflib, str(kineto), "--json"], repeat)
+            table += [("HTA temporal breakdown", f"Kineto JSON, {hta_rows:,} rows", hta),
+                      ("perflib trace summary --json", f"Kineto JSON, {hta_rows:,} rows", ours_small)]
+            results["hta"] = {
+                "hta": hta, "perflib_same_file": ours_small, "rows": hta_rows,
+                "speedup_same_file": hta["wall_s"] / ours_small["wall_s"],
+                "speedup_vs_scaled_hta_on_csv": {
+                    str(r["rows"]): hta["wall_s"] * r["rows"] / hta_rows / r["summary"]["wall_s"]
+                    for r in results["csv"]},
+                "goal": ">= 30x",
+                "note": f"HTA ran once on {hta_rows:,} dispatches; its time is scaled linearly to each CSV size",
+            }
 
-        paths: list[tuple[Path, int | None]] = [(Path(k), None) for k in args.kineto]
-        if not paths:
+        paths: list[tuple[Path, int | None]] = [(Path(k), None) for k in args.kineto] if "kineto" in only else []
+        if not paths and "kineto" in only:
             h200 = sorted((REPO / "data" / "raw" / "h200-pytorch").glob("*.json.gz"), key=lambda x: x.stat().st_size)
             paths = [(x, None) for x in h200[-1:]]
         for n in kineto_sizes:
@@ -292,6 +339,25 @@ def main(argv: list[str] | None = None) -> int:
             table.append(("perflib trace summary --json", label, rocpd))
             results["rocpd"] = {"rows": rocpd_size, "mib": db.stat().st_size / 2**20, "summary": rocpd}
             db.unlink()
+
+        if cupti_size:
+            t = time.perf_counter()
+            text = write_cupti(frame.iloc[:cupti_size], work / f"cupti{cupti_size}.txt.gz")
+            mib = text.stat().st_size / 2**20
+            print(f"wrote {cupti_size:,} CUPTI kernels and their launches ({mib:.0f} MiB gz) in "
+                  f"{time.perf_counter() - t:.0f} s", file=sys.stderr)
+            label = f"CUPTI text, {cupti_size:,} kernels + launches, {mib:,.0f} MiB gz"
+            entry = {"kernels": cupti_size, "records": 2 * cupti_size, "mib_gz": mib,
+                     "summary": measure([*perflib, str(text), "--json"], runs(cupti_size)),
+                     "bare_gunzip": measure([sys.executable, "-c", BARE_GUNZIP, str(text)], runs(cupti_size))}
+            table += [("perflib trace summary --json", label, entry["summary"]),
+                      ("zlib gunzip (bare)", label, entry["bare_gunzip"])]
+            if not args.no_in_memory:
+                entry["in_memory"] = measure([sys.executable, "-c", IN_MEMORY_CUPTI, str(text)], 1)
+                entry["speedup_over_in_memory"] = entry["in_memory"]["wall_s"] / entry["summary"]["wall_s"]
+                table.append(("in-memory path (read_cupti_text_by_line + summarize)", label, entry["in_memory"]))
+            results["cupti"] = entry
+            text.unlink()
     finally:
         if not args.workdir:
             shutil.rmtree(work, ignore_errors=True)
@@ -310,10 +376,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"CSV {r['rows']:>11,}: summary / bare read {r['ratio_summary_over_bare']:.2f}x (goal <= 1.5x), "
               f"peak {r['summary']['max_rss_mib'] / GIB:.2f} GiB (goal <= 2 GiB at 10M), "
               f"{r['summary']['wall_s'] / r['rows'] * 1e6:.2f} s per 1M")
-    h = results["hta"]
-    print(f"HTA / perflib, same Kineto file ({h['rows']:,} rows)  {h['speedup_same_file']:.1f}x   (goal >= 30x)")
-    for n, x in h["speedup_vs_scaled_hta_on_csv"].items():
-        print(f"HTA scaled to {int(n):,} rows / perflib on the CSV  {x:.1f}x   (goal >= 30x; {h['note']})")
+    if "hta" in results:
+        h = results["hta"]
+        print(f"HTA / perflib, same Kineto file ({h['rows']:,} rows)  {h['speedup_same_file']:.1f}x   (goal >= 30x)")
+        for n, x in h["speedup_vs_scaled_hta_on_csv"].items():
+            print(f"HTA scaled to {int(n):,} rows / perflib on the CSV  {x:.1f}x   (goal >= 30x; {h['note']})")
     for k in results["kineto"]:
         ratio = f"summary / bare parse {k['ratio_summary_over_bare']:.2f}x (goal <= 1x)" if k["bare_parse"] else k["note"]
         print(f"Kineto {Path(k['path']).name}: {ratio}, peak {k['summary']['max_rss_mib'] / GIB:.2f} GiB")
@@ -321,6 +388,13 @@ def main(argv: list[str] | None = None) -> int:
         r = results["rocpd"]
         print(f"rocpd {r['rows']:,}: {r['summary']['wall_s']:.1f} s, peak {r['summary']['max_rss_mib'] / GIB:.2f} GiB "
               "(goal <= 2 GiB)")
+    if "cupti" in results:
+        c = results["cupti"]
+        versus = (f", {c['speedup_over_in_memory']:.1f}x faster than the in-memory path "
+                  f"({c['in_memory']['wall_s']:.1f} s, peak {c['in_memory']['max_rss_mib'] / GIB:.2f} GiB)"
+                  if "in_memory" in c else "")
+        print(f"CUPTI text {c['kernels']:,} kernels: {c['summary']['wall_s']:.1f} s, peak "
+              f"{c['summary']['max_rss_mib'] / GIB:.2f} GiB{versus}")
     if args.out:
         Path(args.out).write_text(json.dumps(results, indent=1))
         print(f"\nresults written to {args.out}")

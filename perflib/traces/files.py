@@ -1,4 +1,5 @@
-"""Raw input of trace files: bytes and heads (gunzipped where gzip) and parsed JSON.
+"""Raw input of trace files: bytes and heads (gunzipped where gzip), blocks read ahead in a thread,
+and parsed JSON.
 
 No pandas or numpy here: format detection and the forked Kineto parse of `perflib.traces.prefetch`
 use these before the heavy imports are done.
@@ -10,8 +11,9 @@ import gc
 import gzip
 import json
 import zlib
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from perflib.errors import InputError
 
@@ -73,6 +75,98 @@ def read_head(path: Path, size: int = 65536) -> bytes:
     if is_gzip_name(path):
         raise InputError(path, "byte 0", "gzip data (magic bytes 1f 8b) for a .gz file", repr(head[:8]))
     return head
+
+
+def gunzip_blocks(fh: BinaryIO, block: int) -> Iterator[bytes]:
+    """The file's bytes, gunzipped where it starts with the gzip magic (every member, as `gzip` reads
+    them), in pieces of about `block` bytes: few, large zlib calls, each of which runs without the GIL."""
+    head = fh.read(2)
+    if head != GZIP_MAGIC:
+        yield head
+        while piece := fh.read(block):
+            yield piece
+        return
+    data = head
+    inflate, fresh = zlib.decompressobj(wbits=31), True
+    pending: list[bytes] = []
+    size = 0
+    while True:
+        if not data:
+            data = fh.read(max(block // 8, 1))
+            if not data:
+                break
+        if fresh and not data.strip(b"\0"):  # zero padding after the last member
+            data = b""
+            continue
+        out = inflate.decompress(data, block)
+        fresh = False
+        data = inflate.unconsumed_tail
+        if inflate.eof:  # a member ends; what follows may be the next one
+            data = inflate.unused_data
+            inflate, fresh = zlib.decompressobj(wbits=31), True
+        if out:
+            pending.append(out)
+            size += len(out)
+        if size >= block:
+            yield b"".join(pending)
+            pending, size = [], 0
+    if not fresh:
+        raise EOFError("the gzip stream ends before its end marker (file cut?)")
+    if pending:
+        yield b"".join(pending)
+
+
+class ReadAhead:
+    """A file's (gunzipped) blocks of about `block` bytes, read ahead by a thread: zlib and file reads
+    release the GIL, so on two cores the decompression overlaps the parse. At most `ahead` blocks wait
+    in memory. `read` gives b"" at the end and raises what reading raised (see `stream_error`)."""
+
+    def __init__(self, fh: BinaryIO, block: int, ahead: int = 2) -> None:
+        import queue
+        import threading
+
+        self.queue: queue.Queue = queue.Queue(maxsize=ahead)
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, args=(fh, block), daemon=True, name="perflib-gunzip")
+        self.thread.start()
+
+    def _run(self, fh: BinaryIO, block: int) -> None:
+        import queue
+
+        blocks = gunzip_blocks(fh, block)
+        while not self.stop.is_set():
+            try:
+                piece: bytes | BaseException = next(blocks, b"")
+            except (OSError, EOFError, zlib.error) as exc:
+                piece = exc
+            while not self.stop.is_set():
+                try:
+                    self.queue.put(piece, timeout=0.1)
+                    break
+                except queue.Full:
+                    continue
+            if not piece or isinstance(piece, BaseException):
+                return
+
+    def read(self) -> bytes:
+        piece = self.queue.get()
+        if isinstance(piece, BaseException):
+            raise piece
+        return piece
+
+    def close(self) -> None:
+        self.stop.set()
+        self.thread.join()
+
+
+def stream_error(path: Path, exc: BaseException) -> InputError:
+    """What `ReadAhead.read` raised, as the `InputError` that `read_bytes` gives for the same fault."""
+    if isinstance(exc, EOFError):
+        return InputError(path, f"byte {path.stat().st_size}", "a complete gzip stream",
+                          "the stream ends early (file cut?)")
+    if isinstance(exc, zlib.error):
+        return InputError(path, None, "valid gzip data", said(exc))
+    return InputError(path, None, "a readable file", said(exc))
 
 
 def load_json(path: Path, exact: bool = False) -> Any:

@@ -24,10 +24,9 @@ from __future__ import annotations
 
 import json
 import zlib
-from collections.abc import Iterator
 from decimal import Decimal
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -47,91 +46,10 @@ _QUOTE, _BACKSLASH = 34, 92
 _OPEN, _CLOSE = (123, 91), (125, 93)
 
 
-def _gunzip(fh: BinaryIO) -> Iterator[bytes]:
-    """The file's bytes, gunzipped where it starts with the gzip magic (every member, as `gzip` reads
-    them), in pieces of about `BLOCK`: few, large zlib calls, each of which runs without the GIL."""
-    head = fh.read(2)
-    if head != files.GZIP_MAGIC:
-        yield head
-        while block := fh.read(BLOCK):
-            yield block
-        return
-    data = head
-    inflate, fresh = zlib.decompressobj(wbits=31), True
-    pending: list[bytes] = []
-    size = 0
-    while True:
-        if not data:
-            data = fh.read(BLOCK // 8)
-            if not data:
-                break
-        if fresh and not data.strip(b"\0"):  # zero padding after the last member
-            data = b""
-            continue
-        out = inflate.decompress(data, BLOCK)
-        fresh = False
-        data = inflate.unconsumed_tail
-        if inflate.eof:  # a member ends; what follows may be the next one
-            data = inflate.unused_data
-            inflate, fresh = zlib.decompressobj(wbits=31), True
-        if out:
-            pending.append(out)
-            size += len(out)
-        if size >= BLOCK:
-            yield b"".join(pending)
-            pending, size = [], 0
-    if not fresh:
-        raise EOFError("the gzip stream ends before its end marker (file cut?)")
-    if pending:
-        yield b"".join(pending)
-
-
-class _Blocks:
-    """The file's (gunzipped) blocks, read ahead by a thread: zlib and file reads release the GIL, so
-    on two cores the decompression overlaps the parse. At most `ahead` blocks wait in memory."""
-
-    def __init__(self, fh: BinaryIO, ahead: int = 2) -> None:
-        import queue
-        import threading
-
-        self.queue: queue.Queue = queue.Queue(maxsize=ahead)
-        self.stop = threading.Event()
-        self.thread = threading.Thread(target=self._run, args=(fh,), daemon=True, name="kineto-gunzip")
-        self.thread.start()
-
-    def _run(self, fh: BinaryIO) -> None:
-        import queue
-
-        blocks = _gunzip(fh)
-        while not self.stop.is_set():
-            try:
-                block: bytes | BaseException = next(blocks, b"")
-            except (OSError, EOFError, zlib.error) as exc:
-                block = exc
-            while not self.stop.is_set():
-                try:
-                    self.queue.put(block, timeout=0.1)
-                    break
-                except queue.Full:
-                    continue
-            if not block or isinstance(block, BaseException):
-                return
-
-    def read(self) -> bytes:
-        block = self.queue.get()
-        if isinstance(block, BaseException):
-            raise block
-        return block
-
-    def close(self) -> None:
-        self.stop.set()
-        self.thread.join()
-
-
 class _Text:
     """The gunzipped bytes of a file, read block by block into `buf` (what is not yet consumed)."""
 
-    def __init__(self, fh: _Blocks, path: Path) -> None:
+    def __init__(self, fh: files.ReadAhead, path: Path) -> None:
         self.fh, self.path, self.buf, self.eof, self.offset = fh, path, b"", False, 0
 
     def more(self) -> bool:
@@ -140,13 +58,8 @@ class _Text:
             return False
         try:
             block = self.fh.read()
-        except EOFError as exc:  # as files.read_bytes says it
-            raise InputError(self.path, f"byte {self.path.stat().st_size}", "a complete gzip stream",
-                             "the stream ends early (file cut?)") from exc
-        except zlib.error as exc:
-            raise InputError(self.path, None, "valid gzip data", files.said(exc)) from exc
-        except OSError as exc:
-            raise InputError(self.path, None, "a readable file", files.said(exc)) from exc
+        except (EOFError, zlib.error, OSError) as exc:
+            raise files.stream_error(self.path, exc) from exc
         if not block:
             self.eof = True
             return False
@@ -341,7 +254,7 @@ def read_kineto_lean(path: Path) -> Trace:
             fh.seek(0)
             raise InputError(path, "byte 0", "gzip data (magic bytes 1f 8b) for a .gz file", repr(fh.read(8)))
         fh.seek(0)
-        blocks = _Blocks(fh)
+        blocks = files.ReadAhead(fh, BLOCK)
         try:
             return _read(_Text(blocks, path), path)
         finally:

@@ -177,26 +177,68 @@ def _copies(con: sqlite3.Connection, path: Path) -> pd.DataFrame:
 
 
 def _regions(con: sqlite3.Connection, path: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """The `regions` view split in two: API calls, and markers (category `MARKER_*`)."""
-    r = _query(con, path, "regions", _REGIONS)
-    table = {
-        "name": _names(r["name"]),
-        "start_ns": _ints(r["start_ns"], path, "regions", "start", True),
-        "end_ns": _ints(r["end_ns"], path, "regions", "end", True),
-        "pid": _ints(r["pid"], path, "regions", "pid"),
-        "tid": _ints(r["tid"], path, "regions", "tid"),
-        "correlation_id": _ints(r["correlation_id"], path, "regions", "corr_id"),
-        "domain": _names(r["domain"]),
-    }
-    is_marker = np.array([d.upper().startswith("MARKER") for d in table["domain"]], dtype=bool)
+    """The `regions` view split in two: API calls, and markers (category `MARKER_*`). Fetched
+    `LEAN_CHUNK` rows at a time, each chunk reduced to int64 columns and codes into the distinct names
+    and categories (few), so the rows never all stand in memory as tuples. The tables, and the error a
+    bad file gets, are those of reading the whole view at once: a failed read of the view first, then
+    the first row whose start is no integer, then the first whose end is none."""
+    cols = columns(con, "regions", path)
+    keys = tuple(_REGIONS)
+    exprs = []
+    for out, choices in _REGIONS.items():
+        col = _pick(cols, *choices)
+        exprs.append(f"`{col}`" if col else "NULL")
+        if col is None and out in ("start_ns", "end_ns", "name"):
+            raise InputError(path, "view regions", f"a column {' or '.join(choices)}", ", ".join(cols))
+    texts: dict[str, dict[str, int]] = {"name": {}, "domain": {}}
+    parts: dict[str, list[np.ndarray]] = {k: [] for k in keys}
+    faults: dict[str, InputError] = {}
+    done = 0
+    try:
+        cursor = con.execute(f"SELECT {', '.join(exprs)} FROM `regions`")
+        while rows := cursor.fetchmany(LEAN_CHUNK):
+            chunk = dict(zip(keys, zip(*rows, strict=True), strict=True))
+            times: dict[str, np.ndarray] = {}
+            for key, col in (("start_ns", "start"), ("end_ns", "end")):
+                if not faults or (key == "start_ns" and key not in faults):  # a bad start anywhere comes first
+                    try:
+                        times[key] = _fast_ints(chunk[key], path, "regions", col, True, done)
+                    except InputError as exc:
+                        faults[key] = exc
+            if not faults:
+                for key in times:
+                    parts[key].append(times[key])
+                for key, col in (("pid", "pid"), ("tid", "tid"), ("correlation_id", "corr_id")):
+                    parts[key].append(_fast_ints(chunk[key], path, "regions", col, False, done))
+                for key in texts:
+                    parts[key].append(_codes(chunk[key], texts[key]))
+            done += len(rows)
+    except ERRORS as exc:
+        raise InputError(path, "view regions", "a readable rocpd view", said(exc)) from exc
+    for key in ("start_ns", "end_ns"):
+        if key in faults:
+            raise faults[key]
 
-    def sub(mask: np.ndarray) -> dict[str, Any]:
-        return {c: (v[mask] if isinstance(v, np.ndarray) else [x for x, keep in zip(v, mask, strict=True) if keep])
-                for c, v in table.items()}
+    def joined(key: str) -> np.ndarray:
+        return np.concatenate(parts[key]) if parts[key] else np.zeros(0, dtype=np.int64)
 
+    table: dict[str, Any] = {k: joined(k) for k in keys}
+    for key in texts:
+        table[key] = np.asarray(list(texts[key]), dtype=object)[table[key]]
+    marker_domain = np.array([d.upper().startswith("MARKER") for d in texts["domain"]], dtype=bool)
+    is_marker = marker_domain[joined("domain")] if marker_domain.size else np.zeros(done, dtype=bool)
     label = lambda i: f"view regions, row {i + 1}"  # noqa: E731
-    return (schema.api_frame(sub(~is_marker), SOURCE, path, label),
-            schema.marker_frame(sub(is_marker), SOURCE, path, label))
+    return (schema.api_frame({k: v[~is_marker] for k, v in table.items()}, SOURCE, path, label),
+            schema.marker_frame({k: v[is_marker] for k, v in table.items()}, SOURCE, path, label))
+
+
+def _codes(values: tuple, codes: dict[str, int]) -> np.ndarray:
+    """Codes of the values as `_names` gives their text (a NULL is empty), in a running dictionary."""
+    if set(map(type, values)) != {str}:
+        values = tuple(_names(list(values)))
+    for v in dict.fromkeys(values):  # the distinct ones, first seen first: few
+        codes.setdefault(v, len(codes))
+    return np.fromiter(map(codes.__getitem__, values), dtype=np.int64, count=len(values))
 
 
 def _metadata(con: sqlite3.Connection, path: Path) -> dict[str, Any]:

@@ -1,6 +1,6 @@
 """The lean read (`read_trace(path, lean=True)`, what `trace summary` uses) gives every figure of the
 full read to the ns: on the real fixtures, and on generated files in every format it streams, cut into
-many chunks, with ties, copies and fills, compact JSON and absolute-epoch Kineto times."""
+many chunks, with ties, copies and fills, compact JSON, absolute-epoch Kineto times and CUPTI text."""
 
 from __future__ import annotations
 
@@ -39,6 +39,9 @@ def assert_same_summary(path: Path, **kwargs) -> None:
 REAL = [p for p in fixture_paths("kineto/*.json.gz") + fixture_paths("external/kineto/*.json.gz")
         + fixture_paths("rocprofv3/*/*kernel_trace*.csv") + fixture_paths("rocprofv3/*/memory_copy_trace.csv")]
 REAL += sorted((REPO / "data" / "raw" / "h200-pytorch").glob("*.json.gz"))[:2]
+REAL += [REPO / "data" / "raw" / "h200-pytorch" / "cupti_decode_window_excerpt.txt.gz",
+         REPO / "tests" / "data" / "traces" / "cupti_h200_sample.txt.gz",
+         REPO / "tests" / "data" / "traces" / "cupti_trace_injection_sample.txt"]
 
 
 @pytest.mark.parametrize("path", REAL, ids=lambda p: p.name)
@@ -109,6 +112,38 @@ def test_generated_kineto_same_summary(tmp_path: Path, monkeypatch: pytest.Monke
     frame["kernel"] = frame["kernel"].astype(str).where(frame.index % 7 != 3, 'a "quoted", [bracketed] {name}\\')
     path = writers.write_kineto_json(frame, tmp_path / "t.json.gz", base_time_ns=base)
     assert_same_summary(path)
+
+
+@pytest.mark.parametrize("block", [211, 4096, 1 << 22])
+def test_generated_cupti_text_same_summary(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, block: int) -> None:
+    """Kernels with their launch records, copies and fills, names with `", `, cut into chunks mid-record."""
+    from perflib.traces import cupti_text
+
+    monkeypatch.setattr(cupti_text, "BLOCK", block)
+    frame = _mixed(9)
+    frame["kernel"] = frame["kernel"].astype(str).where(frame.index % 7 != 3, 'a "quoted", [bracketed] {name}')
+    frame["kernel"] = frame["kernel"].where(frame["kind"] != "memcpy", "Memcpy HtoD")
+    frame["start_ns"] += 1_764_410_000_000_000_000
+    frame["end_ns"] += 1_764_410_000_000_000_000
+    path = writers.write_cupti_text(frame, tmp_path / "server.txt.gz")
+    assert_same_summary(path)
+    lean = read_trace(path, lean=True)
+    assert lean.meta["lean"] and len(lean.api) == int((frame["kind"] == "kernel").sum())
+
+
+def test_summary_command_on_cupti_text(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """`trace summary --json` reads CUPTI text lean: the figures of the line-by-line whole-file read."""
+    from perflib.cli import main
+    from perflib.traces import cupti_text
+
+    frame = _mixed(10)
+    frame["start_ns"] += 1_764_410_000_000_000_000
+    frame["end_ns"] += 1_764_410_000_000_000_000
+    path = writers.write_cupti_text(frame, tmp_path / "cupti.txt")
+    assert main(["trace", "summary", str(path), "--json", "--top", "1000"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    expected = summarize(cupti_text.read_cupti_text_by_line(path), top=1000).to_dict()
+    assert {k: out[k] for k in expected} == expected and out["source"] == "cupti-text"
 
 
 def _kineto_doc(frame: pd.DataFrame, path: Path, **kwargs) -> dict:
