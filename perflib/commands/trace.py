@@ -71,7 +71,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    "ProfilerStep#N, the run's request records (--manifest), else the dispatch rhythm")
     p.add_argument("--top", metavar="N", type=int_arg(0), default=10, help="kernels and largest gaps to list (default 10)")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of tables")
-    p.set_defaults(func=run_summary)
+    p.set_defaults(func=run_summary, exit_at_once=True)  # it writes no file; its prefetch child is reaped
 
     c = sub.add_parser(
         "cut",
