@@ -396,57 +396,8 @@ def _read(text: _Text, path: Path) -> Trace:
     return _trace(path, top, names, api_names, domains, gpu, api, markers, exact_any)
 
 
-_NO_ARGS: dict = {}
-_WANTED = frozenset((*kineto.GPU_KINDS, *kineto.API_CATS, *kineto.MARKER_CATS))
-
-
-def _fast_extract(events: list, path: Path) -> dict[str, Any] | None:
-    """`kineto.extract` of well-formed events at C speed (`map` over `dict.get`), without the columns
-    a lean table leaves out (device, stream); None where an event or its args is not an object, or a
-    `cat` is unhashable: then `kineto.extract` does it and names the fault."""
-    from itertools import repeat
-
-    get = dict.get
-    n = len(events)
-    try:
-        cats = list(map(get, events, repeat("cat", n)))
-        phs = list(map(get, events, repeat("ph", n), repeat("X", n)))
-        buckets: dict[str, list[int]] = {c: [] for c in _WANTED}
-        if cats.count("kernel") == n and phs.count("X") == n:
-            buckets["kernel"] = list(range(n))
-        else:
-            for i, (cat, ph) in enumerate(zip(cats, phs, strict=True)):
-                if cat in _WANTED and ph == "X":
-                    buckets[cat].append(i)
-
-        def columns(table: tuple[str, ...], host: bool) -> dict[str, list]:
-            index = [i for c in table for i in buckets[c]]
-            evs = events if len(buckets[table[0]]) == n else [events[i] for i in index]  # all of one category
-            k = len(evs)
-            args = list(map(get, evs, repeat("args", k), repeat(_NO_ARGS, k)))
-            if None in args:  # "args": null
-                args = [a if a is not None else _NO_ARGS for a in args]
-            cols = {
-                "index": index,
-                "name": list(map(str, map(get, evs, repeat("name", k), repeat("", k)))),
-                "ts": list(map(get, evs, repeat("ts", k))),
-                "dur": list(map(get, evs, repeat("dur", k), repeat(0, k))),
-                "correlation_id": list(map(get, args, repeat("correlation", k), repeat(-1, k))),
-                "cat": [c for c in table for c in [c] * len(buckets[c])],
-            }
-            if host:
-                cols["pid"] = list(map(get, evs, repeat("pid", k)))
-                cols["tid"] = list(map(get, evs, repeat("tid", k)))
-            return cols
-
-        return {"gpu": columns(tuple(kineto.GPU_KINDS), False), "api": columns(kineto.API_CATS, True),
-                "markers": columns(kineto.MARKER_CATS, True)}
-    except TypeError:  # an event or its args that is no object, an unhashable cat
-        return None
-
-
 def _extract(events: list, path: Path, exact: bool) -> dict[str, Any]:
-    return _fast_extract(events, path) or kineto.extract({"traceEvents": events}, path, exact=exact)
+    return kineto.extract_lean(events) or kineto.extract({"traceEvents": events}, path, exact=exact)
 
 
 def _reduce(events: list, chunk: bytes, seen: int, path: Path, names: _Names, api_names: _Names, domains: _Names,
@@ -465,6 +416,13 @@ def _reduce(events: list, chunk: bytes, seen: int, path: Path, names: _Names, ap
         for table in ("gpu", "api", "markers"):
             cols[table]["index"] = [i + seen for i in cols[table]["index"]]
         times = {t: kineto._times(cols[t], path) for t in ("gpu", "api")}
+    _add(cols, times, names, api_names, domains, gpu, api, markers)
+    return exact
+
+
+def _add(cols: dict[str, Any], times: dict[str, tuple[np.ndarray, np.ndarray]], names: _Names, api_names: _Names,
+         domains: _Names, gpu: dict[str, _Table], api: dict[str, _Table], markers: dict[str, dict[str, list]]) -> None:
+    """One chunk's columns (`kineto.extract_lean`) and their times into the tables."""
     g = cols["gpu"]
     start, end = times["gpu"]
     code = names.encode(g["name"])
@@ -474,7 +432,7 @@ def _reduce(events: list, chunk: bytes, seen: int, path: Path, names: _Names, ap
         if rows.stop > rows.start:
             gpu[cat].add(code=code[rows], start=start[rows], end=end[rows], corr=corr[rows], index=index[rows])
     a = cols["api"]
-    if a["index"]:
+    if len(a["index"]):
         start, end = times["api"]
         code, dom = api_names.encode(a["name"]), domains.encode(a["cat"])
         pid, tid, corr = kineto._ints(a["pid"]), kineto._ints(a["tid"]), kineto._ints(a["correlation_id"])
@@ -487,7 +445,21 @@ def _reduce(events: list, chunk: bytes, seen: int, path: Path, names: _Names, ap
     for cat, rows in _split(m, kineto.MARKER_CATS):
         for key, values in m.items():
             markers[cat].setdefault(key, []).extend(values[rows])
-    return exact
+
+
+def trace_of_columns(cols: dict[str, Any], top: dict[str, Any], path: Path) -> Trace:
+    """The lean Trace of a whole file's `kineto.extract_lean` columns, as `read_kineto_lean` makes it
+    chunk by chunk: the same checks, rows and meta. A column may be an int64 or float64 array where
+    `perflib.traces.prefetch` packed it (`kineto._ns`, `kineto._ints`). A float that needs its decimal
+    text raises `kineto._NeedsText`: read the file with `read_kineto_lean` then."""
+    times = {t: kineto._times(cols[t], path) for t in ("gpu", "api")}
+    kineto._times(cols["markers"], path)
+    names, api_names, domains = _Names(), _Names(), _Names()
+    gpu = {c: _Table() for c in kineto.GPU_KINDS}
+    api = {c: _Table() for c in kineto.API_CATS}
+    markers: dict[str, dict[str, list]] = {c: {} for c in kineto.MARKER_CATS}
+    _add(cols, times, names, api_names, domains, gpu, api, markers)
+    return _trace(path, top, names, api_names, domains, gpu, api, markers, False)
 
 
 def _trace(path: Path, top: dict[str, Any], names: _Names, api_names: _Names, domains: _Names,

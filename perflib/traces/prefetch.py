@@ -1,14 +1,19 @@
 """Parse a large Kineto trace in a forked child (a large rocprofv3 CSV in a thread) while the parent
 imports pandas and numpy.
 
-`perflib trace summary` on a 30 MB Kineto trace spends about a third of its time importing pandas,
-numpy and perflib's attribution before it can use the parsed trace. The JSON parse and the event
-selection (`kineto.extract`) need neither, so on a machine with two or more cores a forked child
-does them in parallel and hands back the column lists through a pipe. Anything unexpected in the
-child (a bad file included) makes `result()` return None, and the caller reads the file the normal
-way, which raises the usual error that names the file and the field.
+`perflib trace summary` on a 30 MB Kineto trace spends most of its time importing pandas, numpy and
+perflib's attribution before it can use the parsed trace. The JSON parse and the event selection
+(`kineto.extract_lean`) need neither, so on a machine with two or more cores a forked child does them
+in parallel and hands back the lean columns through a pipe, packed: the numbers as `array` buffers
+(int64 where all were ints, float64 where ints and floats; lists where anything else is there, for
+the parent's checks to name), each distinct text once. The parent makes the lean Trace of them
+(`kineto_stream.trace_of_columns`), the one `read_trace(path, lean=True)` gives. Anything unexpected
+in the child (a bad file included), or a float that needs its decimal text, makes `trace()` return
+None, and the caller reads the file the normal way, which raises the usual error that names the file
+and the field.
 
-This module imports nothing heavy: it must be imported and started before pandas is.
+This module imports nothing heavy, and the child imports the parser and the reader itself: it must be
+imported and started before pandas is, and the sooner the child starts the better.
 """
 
 from __future__ import annotations
@@ -16,13 +21,15 @@ from __future__ import annotations
 import gc
 import os
 import pickle
+from array import array
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from perflib.errors import PerflibError
-from perflib.traces import kineto
 from perflib.traces.detect import detect_format
-from perflib.traces.files import load_json
+
+if TYPE_CHECKING:
+    from perflib.traces.trace import Trace
 
 MIN_BYTES = 4 << 20
 """Below this much JSON the parse is shorter than a fork is worth."""
@@ -44,7 +51,7 @@ class Prefetch:
             gc.disable()  # the parse allocates millions of acyclic objects and the child exits right after
             status = 1
             try:
-                payload = pickle.dumps(_columns(path), protocol=pickle.HIGHEST_PROTOCOL)
+                payload = pickle.dumps(_payload(path), protocol=pickle.HIGHEST_PROTOCOL)
                 with os.fdopen(write_fd, "wb") as out:
                     out.write(payload)
                 status = 0
@@ -54,7 +61,7 @@ class Prefetch:
         self._pid, self._fd, self._done, self._value = pid, read_fd, False, None
 
     def result(self) -> dict[str, Any] | None:
-        """The `kineto.extract` columns, or None where the child failed (read the file normally then)."""
+        """The packed columns (`_payload`), or None where the child failed (read the file normally then)."""
         if not self._done:
             with os.fdopen(self._fd, "rb") as pipe:
                 payload = pipe.read()
@@ -68,8 +75,67 @@ class Prefetch:
         return self._value
 
 
-def _columns(path: Path) -> dict[str, Any]:
-    return kineto.extract(load_json(path), path)
+    def trace(self) -> Trace | None:
+        """The lean Trace of the child's columns, or None where the child failed or the columns do not
+        make one as they stand (a bad value, a float that needs its decimal text): read the file
+        normally then, which names any fault."""
+        payload = self.result()
+        if payload is None:
+            return None
+        import numpy as np
+
+        from perflib.errors import InputError
+        from perflib.traces import kineto, kineto_stream
+
+        cols = {table: {k: np.frombuffer(v, dtype=np.int64 if v.typecode == "q" else np.float64)
+                        if isinstance(v, array) else v for k, v in payload[table].items()} for table in ("gpu", "api")}
+        cols["markers"] = payload["markers"]
+        try:
+            return kineto_stream.trace_of_columns(cols, payload["top"], self.path)
+        except (InputError, kineto._NeedsText):
+            return None
+
+
+_TEXT = ("name", "cat")
+_TIMES = ("ts", "dur")
+
+
+def _payload(path: Path) -> dict[str, Any]:
+    """What the child sends: the lean columns of the GPU and API tables packed (the module docstring),
+    the few markers as lists, and the top-level fields. Raises where the file is no well-formed Kineto
+    object: the parent reads it normally then."""
+    from perflib.traces import files, kineto
+
+    data = files.load_json(path)
+    if not isinstance(data, dict) or not isinstance(data.get("traceEvents"), list):
+        raise ValueError("not a Kineto object with a traceEvents list")
+    cols = kineto.extract_lean(data["traceEvents"])
+    if cols is None:
+        raise ValueError("an event that is not an object")
+    top = {k: data.get(k) for k in kineto.TOP_FIELDS}
+    return {"gpu": _packed(cols["gpu"]), "api": _packed(cols["api"]), "markers": cols["markers"], "top": top}
+
+
+def _packed(table: dict[str, list]) -> dict[str, Any]:
+    """One table's columns: texts with one object per distinct text (pickle writes each once), numbers
+    as `array` buffers where they are all ints (int64) or, for times, ints and floats (float64)."""
+    out: dict[str, Any] = {}
+    for key, values in table.items():
+        if key in _TEXT:
+            seen: dict[str, str] = {}
+            out[key] = [seen.setdefault(v, v) for v in values]
+            continue
+        types = set(map(type, values))
+        try:
+            if types <= {int}:
+                out[key] = array("q", values)
+            elif key in _TIMES and types <= {int, float}:
+                out[key] = array("d", values)
+            else:
+                out[key] = values
+        except OverflowError:  # an int beyond int64 (or float) range: the parent's checks name it
+            out[key] = values
+    return out
 
 
 def _json_bytes(path: Path) -> int:
