@@ -165,23 +165,15 @@ def _warm(args: argparse.Namespace) -> None:
 
 def run_summary(args: argparse.Namespace) -> int:
     """Read the trace, summarise the window, print a table or one JSON object."""
-    import gc
-
     from perflib.traces import prefetch
 
     # a large Kineto file is parsed in a child, a large kernel_trace.csv in a thread, while pandas imports here
     pre = prefetch.start(args.path) or prefetch.start_csv(args.path)
-    enabled = gc.isenabled()
-    gc.disable()  # the imports make hundreds of thousands of objects, none of them garbage: no collections
-    try:
-        from perflib import attribution, classes
+    from perflib import attribution, classes
 
-        if isinstance(pre, prefetch.Prefetch):
-            _warm(args)
-        trace = _read(args.path, pre)
-    finally:
-        if enabled:
-            gc.enable()
+    if isinstance(pre, prefetch.Prefetch):
+        _warm(args)
+    trace = _read(args.path, pre)
     window, counted = _window(args, trace)
     if args.classes:
         table = classes.load_class_file(args.classes, None if args.backend == "auto" else args.backend)
