@@ -103,21 +103,11 @@ def exact_ns(value: Any, path: Path, where: str) -> int:
     return ns
 
 
-def _ns(values: list | np.ndarray, key: str, index: list[int], path: Path) -> np.ndarray:
+def _ns(values: list, key: str, index: list[int], path: Path) -> np.ndarray:
     """int64 ns of one column of µs values (`ts` or `dur`): vectorised where float64 or int64 is
-    exact (the common case), value by value otherwise (`exact_ns`; raises `_NeedsText`). `values` may
-    also be an int64 or float64 array of what were ints, or ints and floats (`perflib.traces.prefetch`
-    packs them so): the same ns, by the same checks."""
+    exact (the common case), value by value otherwise (`exact_ns`; raises `_NeedsText`)."""
     import numpy as np
 
-    if isinstance(values, np.ndarray):
-        if values.dtype == np.int64 and (not values.size or (
-                -(INT64_MAX // 1000) <= values.min() and values.max() <= INT64_MAX // 1000)):
-            return values * 1000
-        if values.dtype == np.float64 and (not values.size or (
-                np.isfinite(values).all() and np.abs(values).max() < EXACT_BELOW_US)):
-            return us_to_ns(values)
-        values = values.tolist()  # value by value below, which names the fault
     types = set(map(type, values))
     if types == {int}:
         try:
@@ -154,15 +144,10 @@ def _int(value: Any) -> int:
     return out if INT64_MIN <= out <= INT64_MAX else -1
 
 
-def _ints(values: list | np.ndarray) -> np.ndarray:
-    """int64 ids; values that are not ints (None, hex strings, ...) go through `_int` (-1 unknown). An
-    int64 array (ints packed by `perflib.traces.prefetch`) is taken as it is."""
+def _ints(values: list) -> np.ndarray:
+    """int64 ids; values that are not ints (None, hex strings, ...) go through `_int` (-1 unknown)."""
     import numpy as np
 
-    if isinstance(values, np.ndarray):
-        if values.dtype == np.int64:
-            return values
-        values = values.tolist()
     if set(map(type, values)) <= {int}:
         try:
             return np.array(values, dtype=np.int64)

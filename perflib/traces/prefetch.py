@@ -2,18 +2,16 @@
 imports pandas and numpy.
 
 `perflib trace summary` on a 30 MB Kineto trace spends most of its time importing pandas, numpy and
-perflib's attribution before it can use the parsed trace. The JSON parse and the event selection
-(`kineto.extract_lean`) need neither, so on a machine with two or more cores a forked child does them
-in parallel and hands back the lean columns through a pipe, packed: the numbers as `array` buffers
-(int64 where all were ints, float64 where ints and floats; lists where anything else is there, for
-the parent's checks to name), each distinct text once. The parent makes the lean Trace of them
-(`kineto_stream.trace_of_columns`), the one `read_trace(path, lean=True)` gives. Anything unexpected
-in the child (a bad file included), or a float that needs its decimal text, makes `trace()` return
-None, and the caller reads the file the normal way, which raises the usual error that names the file
-and the field.
+perflib's attribution before it can use the parsed trace. The streamed read of `kineto_stream` needs
+numpy but not pandas up to its tables (`kineto_stream.read_tables`: the events parsed in chunks,
+selected and reduced to numpy columns), so on a machine with two or more cores a forked child does
+that in parallel and hands the tables back through a pipe, pickled; the parent makes the lean Trace
+of them (`kineto_stream.trace_of_tables`), the very Trace `read_trace(path, lean=True)` gives. Anything
+unexpected in the child (a bad file included) makes `trace()` return None, and the caller reads the
+file the normal way, which raises the usual error that names the file and the field.
 
-This module imports nothing heavy, and the child imports the parser and the reader itself: it must be
-imported and started before pandas is, and the sooner the child starts the better.
+This module imports nothing heavy, and the child imports the reader itself: it must be imported and
+started before pandas is, and the sooner the child starts the better.
 """
 
 from __future__ import annotations
@@ -21,7 +19,6 @@ from __future__ import annotations
 import gc
 import os
 import pickle
-from array import array
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -34,9 +31,8 @@ if TYPE_CHECKING:
 MIN_BYTES = 4 << 20
 """Below this much JSON the parse is shorter than a fork is worth."""
 MAX_BYTES = 64 << 20
-"""Above this much JSON the parse dwarfs the imports it overlaps, and handing the columns over costs
-more than it saves: a generated 1M-event trace (~250 MB of JSON) took 1.8x the bare parse with the
-prefetch against 1.07x without."""
+"""Above this much JSON the parse dwarfs the imports it overlaps, and its tables would be held twice
+(the child's, then the parent's copy, with the pickle between) for little time saved."""
 
 
 class Prefetch:
@@ -51,7 +47,7 @@ class Prefetch:
             gc.disable()  # the parse allocates millions of acyclic objects and the child exits right after
             status = 1
             try:
-                payload = pickle.dumps(_payload(path), protocol=pickle.HIGHEST_PROTOCOL)
+                payload = pickle.dumps(_tables(path), protocol=pickle.HIGHEST_PROTOCOL)
                 with os.fdopen(write_fd, "wb") as out:
                     out.write(payload)
                 status = 0
@@ -60,8 +56,8 @@ class Prefetch:
         os.close(write_fd)
         self._pid, self._fd, self._done, self._value = pid, read_fd, False, None
 
-    def result(self) -> dict[str, Any] | None:
-        """The packed columns (`_payload`), or None where the child failed (read the file normally then)."""
+    def result(self) -> Any:
+        """The child's `kineto_stream.Tables`, or None where it failed (read the file normally then)."""
         if not self._done:
             with os.fdopen(self._fd, "rb") as pipe:
                 payload = pipe.read()
@@ -76,66 +72,27 @@ class Prefetch:
 
 
     def trace(self) -> Trace | None:
-        """The lean Trace of the child's columns, or None where the child failed or the columns do not
-        make one as they stand (a bad value, a float that needs its decimal text): read the file
-        normally then, which names any fault."""
-        payload = self.result()
-        if payload is None:
+        """The lean Trace of the child's tables, or None where the child failed or they make no Trace
+        (a check fails): read the file normally then, which names the fault."""
+        tables = self.result()
+        if tables is None:
             return None
-        import numpy as np
-
         from perflib.errors import InputError
-        from perflib.traces import kineto, kineto_stream
+        from perflib.traces import kineto_stream
 
-        cols = {table: {k: np.frombuffer(v, dtype=np.int64 if v.typecode == "q" else np.float64)
-                        if isinstance(v, array) else v for k, v in payload[table].items()} for table in ("gpu", "api")}
-        cols["markers"] = payload["markers"]
         try:
-            return kineto_stream.trace_of_columns(cols, payload["top"], self.path)
-        except (InputError, kineto._NeedsText):
+            return kineto_stream.trace_of_tables(self.path, tables)
+        except InputError:
             return None
 
 
-_TEXT = ("name", "cat")
-_TIMES = ("ts", "dur")
+def _tables(path: Path) -> Any:
+    """What the child sends: the streamed read up to its tables, each column as one array."""
+    from perflib.traces import kineto_stream
 
-
-def _payload(path: Path) -> dict[str, Any]:
-    """What the child sends: the lean columns of the GPU and API tables packed (the module docstring),
-    the few markers as lists, and the top-level fields. Raises where the file is no well-formed Kineto
-    object: the parent reads it normally then."""
-    from perflib.traces import files, kineto
-
-    data = files.load_json(path)
-    if not isinstance(data, dict) or not isinstance(data.get("traceEvents"), list):
-        raise ValueError("not a Kineto object with a traceEvents list")
-    cols = kineto.extract_lean(data["traceEvents"])
-    if cols is None:
-        raise ValueError("an event that is not an object")
-    top = {k: data.get(k) for k in kineto.TOP_FIELDS}
-    return {"gpu": _packed(cols["gpu"]), "api": _packed(cols["api"]), "markers": cols["markers"], "top": top}
-
-
-def _packed(table: dict[str, list]) -> dict[str, Any]:
-    """One table's columns: texts with one object per distinct text (pickle writes each once), numbers
-    as `array` buffers where they are all ints (int64) or, for times, ints and floats (float64)."""
-    out: dict[str, Any] = {}
-    for key, values in table.items():
-        if key in _TEXT:
-            seen: dict[str, str] = {}
-            out[key] = [seen.setdefault(v, v) for v in values]
-            continue
-        types = set(map(type, values))
-        try:
-            if types <= {int}:
-                out[key] = array("q", values)
-            elif key in _TIMES and types <= {int, float}:
-                out[key] = array("d", values)
-            else:
-                out[key] = values
-        except OverflowError:  # an int beyond int64 (or float) range: the parent's checks name it
-            out[key] = values
-    return out
+    tables = kineto_stream.read_tables(path)
+    tables.compact()
+    return tables
 
 
 def _json_bytes(path: Path) -> int:

@@ -99,7 +99,7 @@ def test_prefetched_columns_of_an_epoch_trace_are_exact_too(tmp_path: Path) -> N
     path, start, _ = epoch_trace(tmp_path)
     pre = prefetch.start(path, min_bytes=0)
     assert pre is not None
-    trace = _read(str(path), pre)  # the child's floats lose the ns: the lean read parses the decimal text
+    trace = _read(str(path), pre)  # the child's streamed read parses the decimal text
     assert sorted(trace.dispatches["start_ns"].tolist()) == sorted(start[0::3].tolist())
 
 

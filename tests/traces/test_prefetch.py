@@ -36,9 +36,9 @@ def test_prefetched_trace_equals_the_lean_read():
 
 
 @needs_fork
-def test_packed_columns_keep_every_value_the_checks_see(tmp_path):
+def test_odd_values_give_the_same_trace(tmp_path):
     """ints among float times, ids that are null, hex text, integral floats or beyond int64, a name
-    that is a number: packed or left as lists, the same Trace as the lean read gives."""
+    that is a number: the same Trace from the child's tables as the lean read gives."""
     events = [
         {"ph": "X", "cat": "kernel", "name": "gemm", "ts": 10, "dur": 2.5, "args": {"correlation": 7}},
         {"ph": "X", "cat": "kernel", "name": 42, "ts": 11.125, "dur": 1, "args": {"correlation": None}},
@@ -61,14 +61,19 @@ def test_packed_columns_keep_every_value_the_checks_see(tmp_path):
 
 
 @needs_fork
-def test_times_that_need_their_decimal_text_are_read_the_plain_way(tmp_path):
-    """Unix-epoch µs with a fraction: no Trace from the child's floats; `_read` takes the lean read."""
-    events = [{"ph": "X", "cat": "kernel", "name": "k", "ts": 1712195495505582.988 + i, "dur": 1.5} for i in range(3)]
+def test_times_that_need_their_decimal_text_are_exact_from_the_child_too(tmp_path):
+    """Unix-epoch µs with a fraction, beyond float64's ns: the child's streamed read parses their
+    decimal text, as the lean read does."""
+    events = ",".join(f'{{"ph": "X", "cat": "kernel", "name": "k", "ts": 171219549550558{i}.988, "dur": 1.5}}'
+                      for i in range(3))
     path = tmp_path / "epoch.json"
-    path.write_text(json.dumps({"traceEvents": events}))
+    path.write_text('{"traceEvents": [' + events + "]}")
     pre = prefetch.start(path, min_bytes=0)
-    assert pre is not None and pre.trace() is None
-    assert_same_trace(_read(str(path), pre), read_trace(path, lean=True))
+    assert pre is not None
+    mine = pre.trace()
+    assert_same_trace(mine, read_trace(path, lean=True))
+    assert mine.dispatches["start_ns"].tolist() == [1712195495505580988 + 1000 * i for i in range(3)]
+    assert mine.meta["ts_parse"] == "decimal text (floats beyond 2^43 us)"
 
 
 def test_small_or_other_files_are_read_the_plain_way(tmp_path):
