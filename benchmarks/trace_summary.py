@@ -26,6 +26,11 @@ around the child, peak RSS of the child via `resource.getrusage(RUSAGE_CHILDREN)
 4. rocpd SQLite of `--rocpd-size` dispatches (default 10M), written by `writers.write_rocpd`: perflib's
    summary. Goal: within 2 GiB.
 
+perflib's bytecode is compiled before anything is measured (`compileall`), as an installed package has
+it: this editable checkout has none where `PYTHONDONTWRITEBYTECODE` is set, as it is on the development
+machine, and every run would then compile perflib's modules from source (~0.08 s of a trace summary);
+the standard library, pandas and HTA have theirs.
+
 `--quick` runs small sizes (100k, 300k; Kineto and rocpd 300k; HTA 20k; one run each) for development.
 A size of 0 skips its part: `--sizes 0 --hta-rows 0 --kineto-sizes 0 --rocpd-size 0 --kineto PATH` measures
 only the real trace (perflib, the bare parse and HTA), without generating anything.
@@ -248,14 +253,19 @@ def main(argv: list[str] | None = None) -> int:
     def runs(n: int) -> int:
         return repeat_large if n >= LARGE else repeat
 
+    import compileall
+
     from perflib.traces import writers
 
+    compileall.compile_dir(str(REPO / "perflib"), quiet=1)  # see the module docstring
     work = Path(args.workdir) if args.workdir else Path(tempfile.mkdtemp(prefix="perflib-bench-"))
     work.mkdir(parents=True, exist_ok=True)
     perflib = [sys.executable, "-m", "perflib", "trace", "summary"]
     results: dict = {
         "host": {"python": platform.python_version(), "cpus": os.cpu_count(), "load_avg": os.getloadavg(),
-                 "machine": platform.machine(), "date": time.strftime("%Y-%m-%d")},
+                 "machine": platform.machine(), "date": time.strftime("%Y-%m-%d"),
+                 "perflib_bytecode": "compiled before measuring",
+                 "PYTHONDONTWRITEBYTECODE": os.environ.get("PYTHONDONTWRITEBYTECODE")},
         "sizes": sizes, "hta_rows": hta_rows, "repeat": repeat, "repeat_large": repeat_large, "quick": q,
         "csv": [], "kineto": [], "measurements": [],
     }
