@@ -3,8 +3,8 @@
 One `json.loads`, one pass that buckets the `ph: X` events by `cat`, then one comprehension per
 column. GPU work is `cat` in kernel / gpu_memcpy / gpu_memset; the API table is cuda_runtime and
 cuda_driver (HIP names in ROCm builds); markers are user_annotation and gpu_user_annotation.
-The read has two halves: `extract` (plain Python, column lists) and `build` (numpy and pandas), so
-that `perflib.traces.prefetch` can run the first in a forked child while the parent imports.
+The read has two halves: `extract` (plain Python, column lists) and `build` (numpy and pandas);
+`extract_lean` is the first half at C speed for the lean tables, which `kineto_stream` runs per chunk.
 
 Time, exact to the ns: `ts`/`dur` are µs (integers before PyTorch ~2.3, floats with 3 decimals
 after). Integers become `x*1000`. A float becomes `floor(x)*1000 + rint(frac(x)*1000)`, which is
@@ -187,8 +187,7 @@ def _bad_event(events: list, path: Path) -> InputError:
 def extract(data: Any, path: Path, exact: bool = False) -> dict[str, Any]:
     """First half of the read, plain Python only: the `ph: X` events by table, as column lists.
 
-    No numpy or pandas here, so that `perflib.traces.prefetch` can run it in a forked child while the
-    parent imports them. Each table keeps `index`, the events' positions in `traceEvents`, for errors.
+    No numpy or pandas here. Each table keeps `index`, the events' positions in `traceEvents`, for errors.
     `exact` records that `data` was parsed keeping decimal text (`files.load_json(exact=True)`).
     """
     if not isinstance(data, dict) or not isinstance(data.get("traceEvents"), list):
@@ -372,7 +371,7 @@ def build(cols: dict[str, Any], path: Path) -> Trace:
     Where a float needs its decimal text (module docstring) and `cols` were not parsed keeping it, the
     file is parsed again that way first.
     """
-    from perflib.traces import schema  # numpy and pandas: not before the prefetch has forked
+    from perflib.traces import schema  # pandas: loaded where a table is made, not at import
 
     path = Path(path)
     times = _all_times(cols, path)
