@@ -17,7 +17,12 @@ around the child, peak RSS of the child via `resource.getrusage(RUSAGE_CHILDREN)
 3. Kineto JSON: `perflib trace summary` versus bare `gzip` + `json.loads`, on every `--kineto PATH` (else
    the largest `data/raw/h200-pytorch/*.json.gz`) and on generated files of `--kineto-sizes` events
    (default 1M, 10M). The bare parse is skipped above `--bare-kineto-max` events (default 1M: at 10M it
-   needs ~14 GiB). Goals: summary no slower than the bare parse; within 2 GiB at 10M.
+   needs ~14 GiB). On each real trace HTA is measured too, its load plus temporal breakdown as in 2 (a
+   copy of the file with `distributedInfo.rank` added, best of `--hta-repeat`); where HTA's breakdown
+   fails on the trace (HTA 0.5.0 asserts `non_compute_time >= 0` on float-µs traces), its time up to
+   the failure is reported with the failure. The three run interleaved, round by round, so that a change
+   of load on a shared box hits them alike. Goals: summary no slower than the bare parse; >= 10x faster
+   than HTA on the real traces; within 2 GiB at 10M.
 4. rocpd SQLite of `--rocpd-size` dispatches (default 10M), written by `writers.write_rocpd`: perflib's
    summary. Goal: within 2 GiB.
 5. CUPTI activity text (`cupti_trace_injection` stdout, gzipped as a cut capture is kept) of
@@ -26,12 +31,19 @@ around the child, peak RSS of the child via `resource.getrusage(RUSAGE_CHILDREN)
    chunked lean read) versus the in-memory path it replaced (`read_cupti_text_by_line` + `summarize`,
    one run: it is slow) and versus a bare gunzip of the file.
 
+perflib's bytecode is compiled before anything is measured (`compileall`), as an installed package has
+it: this editable checkout has none where `PYTHONDONTWRITEBYTECODE` is set, as it is on the development
+machine, and every run would then compile perflib's modules from source (~0.08 s of a trace summary);
+the standard library, pandas and HTA have theirs.
+
 `--quick` runs small sizes (100k, 300k; Kineto and rocpd 300k; HTA 20k; CUPTI 50k; one run each) for
-development. `--only` runs some of the cases (csv, hta, kineto, rocpd, cupti).
+development. `--only` runs some of the cases (csv, hta, kineto, rocpd, cupti). A size of 0 skips its
+part: `--only kineto --kineto-sizes 0 --kineto PATH` measures only the real trace (perflib, the bare
+parse and HTA), without generating anything.
 
 Usage: python benchmarks/trace_summary.py [--quick] [--only CASE,...] [--sizes N,N,...] [--hta-rows N]
        [--kineto PATH ...] [--kineto-sizes N,...] [--rocpd-size N] [--cupti-size N] [--repeat K]
-       [--repeat-large K] [--out results.json] [--workdir DIR]
+       [--repeat-large K] [--hta-repeat K] [--out results.json] [--workdir DIR]
 """
 
 from __future__ import annotations
@@ -51,7 +63,7 @@ REPO = Path(__file__).resolve().parents[1]
 FIXTURES = Path(os.environ.get("PERFLIB_FIXTURES", REPO.parent / "shared" / "fixtures"))
 PATTERN_TRACE = FIXTURES / "rocprofv3" / "json-mi350" / "908_results.json.gz"
 
-# Runs one command, prints {"wall_s", "max_rss_mib"} of that child only.
+# Runs one command, prints {"wall_s", "max_rss_mib"} of that child only, and its `NOTE: ` lines on stderr.
 _WRAPPER = r"""
 import json, resource, subprocess, sys, time
 t = time.perf_counter()
@@ -60,7 +72,9 @@ wall = time.perf_counter() - t
 if done.returncode:
     sys.stderr.write(done.stderr.decode()[-2000:])
     sys.exit(done.returncode)
-print(json.dumps({"wall_s": wall, "max_rss_mib": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024}))
+notes = [x[6:] for x in done.stderr.decode(errors="replace").splitlines() if x.startswith("NOTE: ")]
+print(json.dumps({"wall_s": wall, "max_rss_mib": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024,
+                  "notes": notes}))
 """
 
 BARE_CSV = "import sys, pyarrow.csv as c; c.read_csv(sys.argv[1])"
@@ -72,8 +86,13 @@ BARE_GUNZIP = ("import sys, zlib; d = zlib.decompressobj(wbits=47); f = open(sys
                "while b := f.read(1 << 22): d.decompress(b)")
 BARE_KINETO = "import gzip, json, sys; p = sys.argv[1]; f = gzip.open(p) if p.endswith('.gz') else open(p, 'rb'); json.loads(f.read())"
 HTA = (
-    "import logging, sys; logging.disable(logging.WARNING); from hta.trace_analysis import TraceAnalysis; "
-    "TraceAnalysis(trace_dir=sys.argv[1]).get_temporal_breakdown(visualize=False)"
+    "import logging, sys, traceback; logging.disable(logging.WARNING)\n"
+    "from hta.trace_analysis import TraceAnalysis\n"
+    "try:\n"
+    "    TraceAnalysis(trace_dir=sys.argv[1]).get_temporal_breakdown(visualize=False)\n"
+    "except AssertionError as exc:\n"  # its own consistency check, after the breakdown's work is done
+    "    f = traceback.extract_tb(exc.__traceback__)[-1]\n"
+    "    print(f'NOTE: HTA failed: AssertionError in {f.name}, line {f.lineno}: {f.line}', file=sys.stderr)\n"
 )
 
 
@@ -83,17 +102,54 @@ LARGE = 5_000_000
 """From this many dispatches on, a measurement runs `--repeat-large` times (the box is shared)."""
 
 
+def _run_once(argv: list[str]) -> dict:
+    out = subprocess.run([sys.executable, "-c", _WRAPPER, *argv], capture_output=True, text=True, cwd=REPO)
+    if out.returncode:
+        raise SystemExit(f"benchmark command failed: {' '.join(argv)}\n{out.stderr}")
+    return json.loads(out.stdout)
+
+
+def _best(runs: list[dict]) -> dict:
+    best = min(runs, key=lambda r: r["wall_s"])
+    out = {"wall_s": best["wall_s"], "max_rss_mib": max(r["max_rss_mib"] for r in runs),
+           "runs_wall_s": [r["wall_s"] for r in runs]}
+    notes = sorted({n for r in runs for n in r.get("notes", [])})
+    if notes:
+        out["notes"] = notes
+    return out
+
+
 def measure(argv: list[str], repeat: int) -> dict:
     """Best-of-`repeat` wall time (least disturbed by other load on a shared box) and its peak RSS."""
-    runs = []
-    for _ in range(repeat):
-        out = subprocess.run([sys.executable, "-c", _WRAPPER, *argv], capture_output=True, text=True, cwd=REPO)
-        if out.returncode:
-            raise SystemExit(f"benchmark command failed: {' '.join(argv)}\n{out.stderr}")
-        runs.append(json.loads(out.stdout))
-    best = min(runs, key=lambda r: r["wall_s"])
-    return {"wall_s": best["wall_s"], "max_rss_mib": max(r["max_rss_mib"] for r in runs),
-            "runs_wall_s": [r["wall_s"] for r in runs]}
+    return _best([_run_once(argv) for _ in range(repeat)])
+
+
+def measure_interleaved(commands: dict[str, tuple[list[str], int]]) -> dict[str, dict]:
+    """`measure` of several commands, `{key: (argv, repeat)}`, run round by round (one run of each per
+    round) so that a change of load on a shared box hits them alike."""
+    runs: dict[str, list[dict]] = {k: [] for k in commands}
+    for round_ in range(max(r for _, r in commands.values())):
+        for key, (argv, repeat) in commands.items():
+            if round_ < repeat:
+                runs[key].append(_run_once(argv))
+    return {k: _best(v) for k, v in runs.items()}
+
+
+def hta_copy(src: Path, dest_dir: Path) -> Path:
+    """`src` as HTA wants it: alone in `dest_dir` as rank0.trace.json.gz, with `distributedInfo.rank`. The
+    key is put in front of the top-level object's text; every other byte of the JSON stays as it was."""
+    import gzip
+
+    text = src.read_bytes()
+    if text[:2] == b"\x1f\x8b":
+        text = gzip.decompress(text)
+    if b'"distributedInfo"' not in text[:1 << 16]:
+        at = text.index(b"{") + 1
+        text = text[:at] + b'"distributedInfo": {"rank": 0}, ' + text[at:]
+    dest_dir.mkdir(parents=True, exist_ok=True)
+    out = dest_dir / "rank0.trace.json.gz"
+    out.write_bytes(gzip.compress(text, compresslevel=3))
+    return out
 
 
 def pattern_dispatches(rows: int):
@@ -133,7 +189,8 @@ def pattern_dispatches(rows: int):
 
 
 def _sizes(text: str) -> list[int]:
-    return [int(float(x)) for x in text.split(",") if x.strip()]
+    """Sizes from `1e6,3e6`; a 0 is left out (`--kineto-sizes 0`: no generated file)."""
+    return [n for n in (int(float(x)) for x in text.split(",") if x.strip()) if n > 0]
 
 
 SLICE = 1_000_000
@@ -204,7 +261,8 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--quick", action="store_true", help="small sizes, one run each (development)")
     p.add_argument("--sizes", help="CSV dispatch counts, comma-separated (default 1e6,3e6,1e7)")
-    p.add_argument("--hta-rows", type=int, help="dispatches HTA runs on, scaled to each size (default 100,000)")
+    p.add_argument("--hta-rows", type=int, help="dispatches HTA runs on, scaled to each size (default 100,000; "
+                   "0 skips)")
     p.add_argument("--kineto", action="append", default=[], metavar="PATH", help="Kineto trace(s) to parse (repeatable)")
     p.add_argument("--kineto-sizes", help="generated Kineto event counts (default 1e6,1e7)")
     p.add_argument("--bare-kineto-max", type=int, default=1_000_000, help="largest Kineto file the bare parse runs on")
@@ -215,6 +273,7 @@ def main(argv: list[str] | None = None) -> int:
                    help="skip the in-memory paths (read_trace + summarize; CUPTI: read_cupti_text_by_line + summarize)")
     p.add_argument("--repeat", type=int, help="runs per measurement; the fastest is reported (default 3)")
     p.add_argument("--repeat-large", type=int, help=f"runs per measurement from {LARGE:,} dispatches (default 1)")
+    p.add_argument("--hta-repeat", type=int, default=1, help="runs of HTA on each real Kineto trace (default 1)")
     p.add_argument("--out", metavar="FILE", help="write the results as JSON here")
     p.add_argument("--workdir", metavar="DIR", help="where to write the generated traces (default: a temp dir, removed)")
     args = p.parse_args(argv)
@@ -230,30 +289,37 @@ def main(argv: list[str] | None = None) -> int:
     kineto_sizes = kineto_sizes if "kineto" in only else []
     rocpd_size = rocpd_size if "rocpd" in only else 0
     cupti_size = cupti_size if "cupti" in only else 0
-    hta_rows = args.hta_rows or (20_000 if q else 100_000)
+    hta_rows = args.hta_rows if args.hta_rows is not None else (20_000 if q else 100_000)
+    hta_rows = hta_rows if "hta" in only else 0
     repeat = args.repeat or (1 if q else 3)
     repeat_large = args.repeat_large or 1
 
     def runs(n: int) -> int:
         return repeat_large if n >= LARGE else repeat
 
+    import compileall
+
     from perflib.traces import writers
 
+    compileall.compile_dir(str(REPO / "perflib"), quiet=1)  # see the module docstring
     work = Path(args.workdir) if args.workdir else Path(tempfile.mkdtemp(prefix="perflib-bench-"))
     work.mkdir(parents=True, exist_ok=True)
     perflib = [sys.executable, "-m", "perflib", "trace", "summary"]
     results: dict = {
         "host": {"python": platform.python_version(), "cpus": os.cpu_count(), "load_avg": os.getloadavg(),
-                 "machine": platform.machine(), "date": time.strftime("%Y-%m-%d")},
+                 "machine": platform.machine(), "date": time.strftime("%Y-%m-%d"),
+                 "perflib_bytecode": "compiled before measuring",
+                 "PYTHONDONTWRITEBYTECODE": os.environ.get("PYTHONDONTWRITEBYTECODE")},
         "sizes": sizes, "hta_rows": hta_rows, "repeat": repeat, "repeat_large": repeat_large, "quick": q,
         "csv": [], "kineto": [], "measurements": [],
     }
     table: list[tuple[str, str, dict]] = []
     frame = None
     try:
-        biggest = max([*sizes, *kineto_sizes, rocpd_size, cupti_size, hta_rows if "hta" in only else 0, 1])
-        frame, info = pattern_dispatches(biggest)
-        results["generated"] = info
+        biggest = max([*sizes, *kineto_sizes, rocpd_size, cupti_size, hta_rows])
+        if biggest:
+            frame, info = pattern_dispatches(biggest)
+            results["generated"] = info
         for n in sizes:
             t = time.perf_counter()
             csv = write_csv(frame.iloc[:n], work / f"bench{n}_kernel_trace.csv")
@@ -280,15 +346,12 @@ def main(argv: list[str] | None = None) -> int:
                 "rows_ratio_last_over_first": last["rows"] / first["rows"],
             }
 
-        if "hta" in only:
+        if hta_rows:
             hta_rows = min(hta_rows, len(frame))
+            generated = writers.write_kineto_json(frame.iloc[:hta_rows], work / "hta-generated.json.gz")
             hta_dir = work / "hta"
-            hta_dir.mkdir(exist_ok=True)
-            kineto = writers.write_kineto_json(frame.iloc[:hta_rows], hta_dir / "rank0.trace.json.gz")
-            doc = json.loads(__import__("gzip").decompress(kineto.read_bytes()))
-            doc["distributedInfo"] = {"rank": 0}  # HTA wants a rank
-            kineto.write_bytes(__import__("gzip").compress(json.dumps(doc).encode(), compresslevel=3))
-            del doc
+            kineto = hta_copy(generated, hta_dir)
+            generated.unlink()
             hta = measure([sys.executable, "-c", HTA, str(hta_dir)], 1)
             ours_small = measure([*perflib, str(kineto), "--json"], repeat)
             table += [("HTA temporal breakdown", f"Kineto JSON, {hta_rows:,} rows", hta),
@@ -302,6 +365,7 @@ def main(argv: list[str] | None = None) -> int:
                 "goal": ">= 30x",
                 "note": f"HTA ran once on {hta_rows:,} dispatches; its time is scaled linearly to each CSV size",
             }
+            shutil.rmtree(hta_dir, ignore_errors=True)
 
         paths: list[tuple[Path, int | None]] = [(Path(k), None) for k in args.kineto] if "kineto" in only else []
         if not paths and "kineto" in only:
@@ -316,15 +380,27 @@ def main(argv: list[str] | None = None) -> int:
         for path, n in paths:
             label = f"{path.name} ({path.stat().st_size / 2**20:.1f} MiB gz)"
             entry: dict = {"path": str(path), "events": n, "mib": path.stat().st_size / 2**20}
-            entry["summary"] = measure([*perflib, str(path), "--json"], runs(n or 0))
+            commands = {"summary": ([*perflib, str(path), "--json"], runs(n or 0))}
+            bare = n is None or n <= args.bare_kineto_max
+            if bare:
+                commands["bare_parse"] = ([sys.executable, "-c", BARE_KINETO, str(path)], runs(n or 0))
+            hta_dir = work / f"hta-{path.name}"
+            if n is None and args.hta_repeat > 0:  # a real trace: HTA beside it
+                hta_copy(path, hta_dir)
+                commands["hta"] = ([sys.executable, "-c", HTA, str(hta_dir)], args.hta_repeat)
+            entry.update(measure_interleaved(commands))
+            shutil.rmtree(hta_dir, ignore_errors=True)
             table.append(("perflib trace summary --json", label, entry["summary"]))
-            if n is None or n <= args.bare_kineto_max:
-                entry["bare_parse"] = measure([sys.executable, "-c", BARE_KINETO, str(path)], runs(n or 0))
+            if bare:
                 entry["ratio_summary_over_bare"] = entry["summary"]["wall_s"] / entry["bare_parse"]["wall_s"]
                 table.append(("gzip + json.loads (bare)", label, entry["bare_parse"]))
             else:
                 entry["bare_parse"] = None
                 entry["note"] = f"bare parse skipped above {args.bare_kineto_max:,} events (memory)"
+            if "hta" in entry:
+                entry["hta_over_summary"] = entry["hta"]["wall_s"] / entry["summary"]["wall_s"]
+                failed = " (failed: see notes)" if entry["hta"].get("notes") else ""
+                table.append((f"HTA load + temporal breakdown{failed}", label, entry["hta"]))
             results["kineto"].append(entry)
             if n is not None:
                 path.unlink()
@@ -363,9 +439,9 @@ def main(argv: list[str] | None = None) -> int:
             shutil.rmtree(work, ignore_errors=True)
 
     results["measurements"] = [{"what": w, "input": i, **m} for w, i, m in table]
-    print(f"\nbest of {repeat} runs ({repeat_large} from {LARGE:,} rows; HTA and the in-memory path: 1), each a "
-          f"fresh subprocess incl. start-up; peak RSS of the child; load average at start "
-          f"{results['host']['load_avg'][0]:.2f} on {os.cpu_count()} CPUs\n")
+    print(f"\nbest of {repeat} runs ({repeat_large} from {LARGE:,} rows; the in-memory path and HTA on generated "
+          f"files: 1; HTA on real traces: {args.hta_repeat}), each a fresh subprocess incl. start-up; peak RSS "
+          f"of the child; load average at start {results['host']['load_avg'][0]:.2f} on {os.cpu_count()} CPUs\n")
     width = max(len(w) for w, _, _ in table)
     iwidth = max(len(i) for _, i, _ in table)
     print(f"{'what':<{width}}  {'input':<{iwidth}}  {'wall s':>8}  {'peak RSS MiB':>12}")
@@ -384,6 +460,9 @@ def main(argv: list[str] | None = None) -> int:
     for k in results["kineto"]:
         ratio = f"summary / bare parse {k['ratio_summary_over_bare']:.2f}x (goal <= 1x)" if k["bare_parse"] else k["note"]
         print(f"Kineto {Path(k['path']).name}: {ratio}, peak {k['summary']['max_rss_mib'] / GIB:.2f} GiB")
+        if "hta" in k:
+            print(f"Kineto {Path(k['path']).name}: HTA / perflib {k['hta_over_summary']:.1f}x (goal >= 10x)"
+                  + "".join(f"; {note}" for note in k["hta"].get("notes", [])))
     if "rocpd" in results:
         r = results["rocpd"]
         print(f"rocpd {r['rows']:,}: {r['summary']['wall_s']:.1f} s, peak {r['summary']['max_rss_mib'] / GIB:.2f} GiB "

@@ -1,5 +1,3 @@
-import sys
+from perflib.cli import entry
 
-from perflib.cli import main
-
-sys.exit(main())
+entry()

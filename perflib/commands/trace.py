@@ -71,7 +71,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    "ProfilerStep#N, the run's request records (--manifest), else the dispatch rhythm")
     p.add_argument("--top", metavar="N", type=int_arg(0), default=10, help="kernels and largest gaps to list (default 10)")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of tables")
-    p.set_defaults(func=run_summary)
+    p.set_defaults(func=run_summary, exit_at_once=True)  # it writes no file; its prefetch child is reaped
 
     c = sub.add_parser(
         "cut",
@@ -104,12 +104,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def _read(path: str, pre: object):  # -> Trace; pre: prefetch.Prefetch | None
     """The trace, from the prefetched Kineto columns where the child delivered them, else the lean read
     (`read_trace(lean=True)`: the dispatch columns a summary uses, memory bounded by the dispatches,
-    not the file; the same figures to the ns), which also gives the precise error for a bad file."""
+    not the file; the same figures to the ns), which also gives the precise error for a bad file. Both
+    give the same lean Trace."""
     from pathlib import Path
 
-    from perflib.errors import InputError
-    from perflib.traces import prefetch, read_trace
+    from perflib.traces import prefetch
 
+    trace = None
     if isinstance(pre, prefetch.ArrowCSV):
         parsed = pre.result()
         if parsed is not None:
@@ -119,16 +120,13 @@ def _read(path: str, pre: object):  # -> Trace; pre: prefetch.Prefetch | None
             frame, meta = rocprof_csv.read_kernel_trace_lean(Path(path), header, table)
             return rocprof_dir.trace_of_parts([{"dispatches": frame, "meta": {"table": rocprof_csv.KERNEL, **meta}}],
                                               Path(path))
-        return read_trace(path, lean=True)
-    cols = pre.result() if pre is not None else None
-    if cols is not None:
-        from perflib.traces import kineto
+    elif isinstance(pre, prefetch.Prefetch):
+        trace = pre.trace()
+    if trace is None:
+        from perflib.traces import read_trace  # every reader: not loaded where the child delivered
 
-        try:
-            return kineto.build(cols, Path(path))
-        except InputError:
-            pass
-    return read_trace(path, lean=True)
+        trace = read_trace(path, lean=True)
+    return trace
 
 
 def _window(args: argparse.Namespace, trace: object):  # -> tuple[Window | None, StepCount | None]
@@ -149,6 +147,22 @@ def _window(args: argparse.Namespace, trace: object):  # -> tuple[Window | None,
     return None, None
 
 
+def _warm(args: argparse.Namespace) -> None:
+    """Load now what the summary loads later anyway (the built-in class tables it will read, their
+    regexes compiled; the lean Kineto reader), while the prefetch child may still be parsing: the same
+    work, done where this process would otherwise wait. A fault here is left to the call that meets it
+    later, in its place among the summary's errors."""
+    from perflib import classes
+    from perflib.errors import PerflibError
+    from perflib.traces import kineto_stream  # noqa: F401 - imported for the prefetch's trace()
+
+    try:
+        for backend in classes.builtin_backends() if args.backend == "auto" else [args.backend]:
+            classes.load_builtin(backend)
+    except PerflibError:
+        pass
+
+
 def run_summary(args: argparse.Namespace) -> int:
     """Read the trace, summarise the window, print a table or one JSON object."""
     from perflib.traces import prefetch
@@ -157,6 +171,8 @@ def run_summary(args: argparse.Namespace) -> int:
     pre = prefetch.start(args.path) or prefetch.start_csv(args.path)
     from perflib import attribution, classes
 
+    if isinstance(pre, prefetch.Prefetch):
+        _warm(args)
     trace = _read(args.path, pre)
     window, counted = _window(args, trace)
     if args.classes:

@@ -9,7 +9,7 @@ one reader that knows its quirks (`perflib.traces.read.READERS`); docs/SCHEMA.md
   `cupti_text`, `parquet`; shared by some of them: `csvread`, `sqlite`, `rocprof`.
 - `kineto_stream`: a Kineto file read in chunks of whole events into lean tables
   (`read_trace(path, lean=True)`: only the columns a summary reads, memory bounded by the dispatches).
-- `prefetch`: a large Kineto file parsed in a forked child while pandas imports.
+- `prefetch`: a large Kineto file streamed into tables by a forked child while pandas imports.
 - `writers`: a dispatch table written out in the profilers' own formats (tests, benchmarks).
 
 Importing this package stays cheap (no pandas, numpy or pyarrow): the readers load on the first

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from perflib.errors import InputError
 from perflib.rundir import not_regular
-from perflib.traces import files, sqlite
+from perflib.traces import files
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
 PARQUET_MAGIC = b"PAR1"
@@ -22,6 +22,8 @@ _CUPTI_RECORD = re.compile(
 
 def sqlite_flavour(path: Path) -> str:
     """`rocpd` or `nsys-sqlite`; anything else is an `InputError` saying what was expected."""
+    from perflib.traces import sqlite  # sqlite3 only for databases: not before the Kineto prefetch forks
+
     try:
         with sqlite.reading(path) as con:
             names = sqlite.objects(con)

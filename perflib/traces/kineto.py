@@ -3,8 +3,8 @@
 One `json.loads`, one pass that buckets the `ph: X` events by `cat`, then one comprehension per
 column. GPU work is `cat` in kernel / gpu_memcpy / gpu_memset; the API table is cuda_runtime and
 cuda_driver (HIP names in ROCm builds); markers are user_annotation and gpu_user_annotation.
-The read has two halves: `extract` (plain Python, column lists) and `build` (numpy and pandas), so
-that `perflib.traces.prefetch` can run the first in a forked child while the parent imports.
+The read has two halves: `extract` (plain Python, column lists) and `build` (numpy and pandas);
+`extract_lean` is the first half at C speed for the lean tables, which `kineto_stream` runs per chunk.
 
 Time, exact to the ns: `ts`/`dur` are µs (integers before PyTorch ~2.3, floats with 3 decimals
 after). Integers become `x*1000`. A float becomes `floor(x)*1000 + rint(frac(x)*1000)`, which is
@@ -187,8 +187,7 @@ def _bad_event(events: list, path: Path) -> InputError:
 def extract(data: Any, path: Path, exact: bool = False) -> dict[str, Any]:
     """First half of the read, plain Python only: the `ph: X` events by table, as column lists.
 
-    No numpy or pandas here, so that `perflib.traces.prefetch` can run it in a forked child while the
-    parent imports them. Each table keeps `index`, the events' positions in `traceEvents`, for errors.
+    No numpy or pandas here. Each table keeps `index`, the events' positions in `traceEvents`, for errors.
     `exact` records that `data` was parsed keeping decimal text (`files.load_json(exact=True)`).
     """
     if not isinstance(data, dict) or not isinstance(data.get("traceEvents"), list):
@@ -233,6 +232,58 @@ def extract(data: Any, path: Path, exact: bool = False) -> dict[str, Any]:
     top = {k: data.get(k) for k in TOP_FIELDS}
     return {"gpu": columns(GPU_KINDS, True), "api": columns(API_CATS, False),
             "markers": columns(MARKER_CATS, False), "top": top, "exact": exact}
+
+
+_NO_ARGS: dict = {}
+_WANTED = frozenset((*GPU_KINDS, *API_CATS, *MARKER_CATS))
+
+
+def extract_lean(events: list) -> dict[str, Any] | None:
+    """`extract` of well-formed events at C speed (`map` over `dict.get`), without the columns a lean
+    table leaves out (device, stream); None where an event or its args is not an object, or a `cat` is
+    unhashable: then `extract` does it and names the fault."""
+    from itertools import compress, repeat
+
+    get = dict.get
+    n = len(events)
+    try:
+        # each pass over every event costs its cache misses: one for `cat`, then `ph` of the wanted only
+        cats = list(map(get, events, repeat("cat", n)))
+        all_kernels = n > 0 and cats[0] == "kernel" and cats.count("kernel") == n
+        wanted = range(n) if all_kernels else list(compress(range(n), map(_WANTED.__contains__, cats)))
+        phs = list(map(get, map(events.__getitem__, wanted), repeat("ph", len(wanted)), repeat("X", len(wanted))))
+        buckets: dict[str, list[int]] = {c: [] for c in _WANTED}
+        if all_kernels and phs.count("X") == n:
+            buckets["kernel"] = list(range(n))
+        else:
+            for i, ph in zip(wanted, phs, strict=True):
+                if ph == "X":
+                    buckets[cats[i]].append(i)
+
+        def columns(table: tuple[str, ...], host: bool) -> dict[str, list]:
+            index = [i for c in table for i in buckets[c]]
+            evs = events if len(buckets[table[0]]) == n else [events[i] for i in index]  # all of one category
+            k = len(evs)
+            args = list(map(get, evs, repeat("args", k), repeat(_NO_ARGS, k)))
+            if None in args:  # "args": null
+                args = [a if a is not None else _NO_ARGS for a in args]
+            cols = {
+                "index": index,
+                "name": list(map(str, map(get, evs, repeat("name", k), repeat("", k)))),
+                "ts": list(map(get, evs, repeat("ts", k))),
+                "dur": list(map(get, evs, repeat("dur", k), repeat(0, k))),
+                "correlation_id": list(map(get, args, repeat("correlation", k), repeat(-1, k))),
+                "cat": [c for c in table for c in [c] * len(buckets[c])],
+            }
+            if host:
+                cols["pid"] = list(map(get, evs, repeat("pid", k)))
+                cols["tid"] = list(map(get, evs, repeat("tid", k)))
+            return cols
+
+        return {"gpu": columns(tuple(GPU_KINDS), False), "api": columns(API_CATS, True),
+                "markers": columns(MARKER_CATS, True)}
+    except TypeError:  # an event or its args that is no object, an unhashable cat
+        return None
 
 
 def _base_ns(top: dict[str, Any], path: Path) -> int | None:
@@ -320,7 +371,7 @@ def build(cols: dict[str, Any], path: Path) -> Trace:
     Where a float needs its decimal text (module docstring) and `cols` were not parsed keeping it, the
     file is parsed again that way first.
     """
-    from perflib.traces import schema  # numpy and pandas: not before the prefetch has forked
+    from perflib.traces import schema  # pandas: loaded where a table is made, not at import
 
     path = Path(path)
     times = _all_times(cols, path)

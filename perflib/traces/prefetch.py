@@ -1,14 +1,18 @@
 """Parse a large Kineto trace in a forked child (a large rocprofv3 CSV in a thread) while the parent
 imports pandas and numpy.
 
-`perflib trace summary` on a 30 MB Kineto trace spends about a third of its time importing pandas,
-numpy and perflib's attribution before it can use the parsed trace. The JSON parse and the event
-selection (`kineto.extract`) need neither, so on a machine with two or more cores a forked child
-does them in parallel and hands back the column lists through a pipe. Anything unexpected in the
-child (a bad file included) makes `result()` return None, and the caller reads the file the normal
-way, which raises the usual error that names the file and the field.
+`perflib trace summary` on a 30 MB Kineto trace spends most of its time importing pandas, numpy and
+perflib's attribution before it can use the parsed trace. The streamed read of `kineto_stream` needs
+numpy but not pandas up to its tables (`kineto_stream.read_tables`: the events parsed in chunks,
+selected and reduced to numpy columns), so on a machine with two or more cores a forked child does
+that in parallel and hands the tables back through a pipe, pickled; the parent makes the lean Trace
+of them (`kineto_stream.trace_of_tables`), the very Trace `read_trace(path, lean=True)` gives. Anything
+unexpected in the child (a bad file included) makes `trace()` return None, and the caller reads the
+file the normal way, which raises the usual error that names the file and the field.
 
-This module imports nothing heavy: it must be imported and started before pandas is.
+This module imports nothing heavy, and the child imports the reader itself: it must be imported and
+started before pandas is, and the sooner the child starts the better. numpy is imported just before
+the fork, for both processes.
 """
 
 from __future__ import annotations
@@ -17,25 +21,30 @@ import gc
 import os
 import pickle
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from perflib.errors import PerflibError
-from perflib.traces import kineto
 from perflib.traces.detect import detect_format
-from perflib.traces.files import load_json
+
+if TYPE_CHECKING:
+    from perflib.traces.trace import Trace
 
 MIN_BYTES = 4 << 20
 """Below this much JSON the parse is shorter than a fork is worth."""
 MAX_BYTES = 64 << 20
-"""Above this much JSON the parse dwarfs the imports it overlaps, and handing the columns over costs
-more than it saves: a generated 1M-event trace (~250 MB of JSON) took 1.8x the bare parse with the
-prefetch against 1.07x without."""
+"""Above this much JSON the parse dwarfs the imports it overlaps, and its tables would be held twice
+(the child's, then the parent's copy, with the pickle between) for little time saved."""
 
 
 class Prefetch:
     """A forked child parsing `path` (see the module docstring); `result()` collects it once."""
 
     def __init__(self, path: Path) -> None:
+        # numpy before the fork: both processes need it, and the child then has it without importing
+        # it again (0.1 s of CPU, which a busy 2-core machine feels). The child uses no BLAS, and
+        # OpenBLAS stops and restarts its threads around a fork.
+        import numpy  # noqa: F401
+
         self.path = path
         read_fd, write_fd = os.pipe()
         pid = os.fork()
@@ -44,7 +53,7 @@ class Prefetch:
             gc.disable()  # the parse allocates millions of acyclic objects and the child exits right after
             status = 1
             try:
-                payload = pickle.dumps(_columns(path), protocol=pickle.HIGHEST_PROTOCOL)
+                payload = pickle.dumps(_tables(path), protocol=pickle.HIGHEST_PROTOCOL)
                 with os.fdopen(write_fd, "wb") as out:
                     out.write(payload)
                 status = 0
@@ -53,8 +62,8 @@ class Prefetch:
         os.close(write_fd)
         self._pid, self._fd, self._done, self._value = pid, read_fd, False, None
 
-    def result(self) -> dict[str, Any] | None:
-        """The `kineto.extract` columns, or None where the child failed (read the file normally then)."""
+    def result(self) -> Any:
+        """The child's `kineto_stream.Tables`, or None where it failed (read the file normally then)."""
         if not self._done:
             with os.fdopen(self._fd, "rb") as pipe:
                 payload = pipe.read()
@@ -68,8 +77,28 @@ class Prefetch:
         return self._value
 
 
-def _columns(path: Path) -> dict[str, Any]:
-    return kineto.extract(load_json(path), path)
+    def trace(self) -> Trace | None:
+        """The lean Trace of the child's tables, or None where the child failed or they make no Trace
+        (a check fails): read the file normally then, which names the fault."""
+        tables = self.result()
+        if tables is None:
+            return None
+        from perflib.errors import InputError
+        from perflib.traces import kineto_stream
+
+        try:
+            return kineto_stream.trace_of_tables(self.path, tables)
+        except InputError:
+            return None
+
+
+def _tables(path: Path) -> Any:
+    """What the child sends: the streamed read up to its tables, each column as one array."""
+    from perflib.traces import kineto_stream
+
+    tables = kineto_stream.read_tables(path)
+    tables.compact()
+    return tables
 
 
 def _json_bytes(path: Path) -> int:

@@ -166,3 +166,13 @@ def test_bad_user_files_name_file_and_place(tmp_path: Path) -> None:
     missing.write_text("- {class: a}\n")
     with pytest.raises(InputError, match=r"classes\[0\]: expected a mapping with `class` and `pattern`"):
         classes.load_class_file(missing)
+
+
+@pytest.mark.parametrize("table", sorted(classes.TABLES_DIR.glob("*.yaml")), ids=lambda p: p.stem)
+def test_shipped_tables_read_the_same_with_libyaml(table: Path) -> None:
+    """`load_builtin` parses with libyaml's loader where PyYAML has it: the same data as `safe_load`."""
+    yaml = pytest.importorskip("yaml")
+    if not hasattr(yaml, "CSafeLoader"):
+        pytest.skip("PyYAML without libyaml")
+    text = table.read_text()
+    assert yaml.load(text, Loader=yaml.CSafeLoader) == yaml.safe_load(text)

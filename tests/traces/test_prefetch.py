@@ -14,7 +14,7 @@ from support import REPO
 from perflib.cli import main
 from perflib.commands.trace import _read
 from perflib.errors import InputError
-from perflib.traces import kineto, prefetch, read_trace
+from perflib.traces import prefetch, read_trace
 
 H200 = REPO / "data/raw/h200-pytorch/llama1b_decode_b1_c1024.json.gz"
 
@@ -22,14 +22,58 @@ needs_fork = pytest.mark.skipif(not hasattr(os, "fork") or (os.cpu_count() or 1)
                                 reason="the prefetch needs os.fork and two cores")
 
 
-@needs_fork
-def test_prefetched_trace_equals_the_plain_read():
-    pre = prefetch.start(H200)
-    assert pre is not None  # 17.6 MB of JSON behind 1.3 MB of gzip: the ISIZE trailer counts
-    mine, plain = kineto.build(pre.result(), H200), read_trace(H200)
+def assert_same_trace(mine, plain) -> None:
     for table in ("dispatches", "api", "markers"):
         pd.testing.assert_frame_equal(getattr(mine, table), getattr(plain, table))
     assert (mine.clock, mine.source, mine.meta) == (plain.clock, plain.source, plain.meta)
+
+
+@needs_fork
+def test_prefetched_trace_equals_the_lean_read():
+    pre = prefetch.start(H200)
+    assert pre is not None  # 17.6 MB of JSON behind 1.3 MB of gzip: the ISIZE trailer counts
+    assert_same_trace(pre.trace(), read_trace(H200, lean=True))
+
+
+@needs_fork
+def test_odd_values_give_the_same_trace(tmp_path):
+    """ints among float times, ids that are null, hex text, integral floats or beyond int64, a name
+    that is a number: the same Trace from the child's tables as the lean read gives."""
+    events = [
+        {"ph": "X", "cat": "kernel", "name": "gemm", "ts": 10, "dur": 2.5, "args": {"correlation": 7}},
+        {"ph": "X", "cat": "kernel", "name": 42, "ts": 11.125, "dur": 1, "args": {"correlation": None}},
+        {"ph": "X", "cat": "gpu_memcpy", "name": "Memcpy HtoD", "ts": 12.5, "dur": 0.001, "args": {"correlation": "0x10"}},
+        {"ph": "X", "cat": "gpu_memset", "name": "Memset", "ts": 13, "dur": 0, "args": {"correlation": 2**70}},
+        {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "ts": 9, "dur": 0.5, "pid": 1, "tid": "7",
+         "args": {"correlation": 7.0}},
+        {"ph": "X", "cat": "cuda_driver", "name": "cuLaunchKernel", "ts": 10.5, "dur": 0.25, "pid": 1, "tid": 2**64,
+         "args": {"correlation": 8}},
+        {"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#1", "ts": 8, "dur": 9, "pid": 1, "tid": 1},
+        {"ph": "i", "cat": "kernel", "name": "not a slice", "ts": 1},
+        {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "ts": 9, "dur": 1},
+    ]
+    path = tmp_path / "odd.json.gz"
+    path.write_bytes(gzip.compress(json.dumps({"baseTimeNanoseconds": 10**18, "traceEvents": events}).encode()))
+    pre = prefetch.start(path, min_bytes=0)
+    assert pre is not None
+    assert_same_trace(pre.trace(), read_trace(path, lean=True))
+    assert pre.trace().dispatches["correlation_id"].tolist() == [7, -1, 16, -1]
+
+
+@needs_fork
+def test_times_that_need_their_decimal_text_are_exact_from_the_child_too(tmp_path):
+    """Unix-epoch µs with a fraction, beyond float64's ns: the child's streamed read parses their
+    decimal text, as the lean read does."""
+    events = ",".join(f'{{"ph": "X", "cat": "kernel", "name": "k", "ts": 171219549550558{i}.988, "dur": 1.5}}'
+                      for i in range(3))
+    path = tmp_path / "epoch.json"
+    path.write_text('{"traceEvents": [' + events + "]}")
+    pre = prefetch.start(path, min_bytes=0)
+    assert pre is not None
+    mine = pre.trace()
+    assert_same_trace(mine, read_trace(path, lean=True))
+    assert mine.dispatches["start_ns"].tolist() == [1712195495505580988 + 1000 * i for i in range(3)]
+    assert mine.meta["ts_parse"] == "decimal text (floats beyond 2^43 us)"
 
 
 def test_small_or_other_files_are_read_the_plain_way(tmp_path):
