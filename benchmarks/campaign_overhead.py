@@ -39,6 +39,11 @@ def main(argv: list[str] | None = None) -> int:
                              "the overhead share falls with the level length")
     args = parser.parse_args(argv)
 
+    import compileall
+
+    # perflib's bytecode, as an installed package has it (with PYTHONDONTWRITEBYTECODE set, as on the
+    # development machine, the editable checkout has none and every process would compile perflib again)
+    compileall.compile_dir(str(REPO / "perflib"), quiet=1)
     work = Path(tempfile.mkdtemp(prefix="perflib-campaign-overhead-"))
     campaign = work / Path(args.campaign).name
     shutil.copy(args.campaign, campaign)

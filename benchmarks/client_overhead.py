@@ -34,6 +34,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+REPO = Path(__file__).resolve().parents[1]
 TEXT_TOKEN = b'{"choices":[{"text":"'
 EMPTY_TEXT = b'{"choices":[{"text":""'
 
@@ -353,6 +354,11 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(result))
         return 0
 
+    import compileall
+
+    # perflib's bytecode, as an installed package has it (with PYTHONDONTWRITEBYTECODE set, as on the
+    # development machine, the editable checkout has none and every process would compile perflib again)
+    compileall.compile_dir(str(REPO / "perflib"), quiet=1)
     results = [] if args.skip_server else llama_rows(args)
     ceilings = ceiling_rows(args) if args.ceiling_workers else []
     if args.out:
