@@ -11,7 +11,7 @@ what one run leaves in the kernel does not reach the next, except imported modul
 
 The runner prestarts the kernel (`KernelSession.prestart`) before it starts the group's server: the
 kernel boots and imports pandas and perflib while the server loads its model, which took the demo's
-first level from 7.3 s to 3.6 s after the command started.
+first level from 7.3 s to about 4 s after the command started.
 
 A kernel that died (a crash, a Ctrl-C) is replaced by a fresh one at the next run; a session is
 closed (its kernel shut down) when its group is done, or on Ctrl-C.

@@ -177,7 +177,8 @@ def prestart_kernel(cwd: Path) -> None:
     session = kernels.current()
     if session is not None:
         cwd.mkdir(parents=True, exist_ok=True)
-        session.prestart(str(cwd), [KERNEL_LOG_LEVEL], _kernel_env())
+        # resolved, as papermill's chdir makes it: the session keeps a kernel only for the same folder
+        session.prestart(str(cwd.resolve()), [KERNEL_LOG_LEVEL], _kernel_env())
 
 
 def profile_run(campaign_file: str | Path, arm: str, backend: str, batch: int, context: int, repeat: int,
