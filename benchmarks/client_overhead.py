@@ -27,6 +27,7 @@ import argparse
 import asyncio
 import json
 import os
+import signal
 import statistics
 import subprocess
 import sys
@@ -395,6 +396,8 @@ def llama_rows(args: argparse.Namespace) -> list[dict[str, Any]]:
     levels = [int(x) for x in args.concurrency.split(",")]
     parallel = max(levels)
     out_dir = Path(args.out).resolve().parent if args.out else Path.cwd()
+    # a SIGTERM (`timeout`, a job scheduler) unwinds like Ctrl-C, so that the server is stopped, not left behind
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     handle = server.start_llama_server(server.ensure_test_model(), parallel=parallel,
                                        ctx_size=parallel * (64 + args.max_tokens + 64), threads=1,
                                        log_path=out_dir / "client_overhead_server.log")
@@ -410,6 +413,8 @@ def llama_rows(args: argparse.Namespace) -> list[dict[str, Any]]:
                 raise SystemExit(f"child {kind} N={n} failed:\n{proc.stderr[-2000:]}")
             row = {**json.loads(proc.stdout.strip().splitlines()[-1]), "round": rnd}
             results.append(row)
+            if args.out:  # what is measured so far survives a stop or a crash; the final write replaces it
+                Path(args.out).write_text(json.dumps({"results": results, "partial": True}, indent=2))
             print(f"N={n:>2} round {rnd} {kind:>7}: {row['cpu_us_per_token']} us/token, {row['tokens']} tokens, "
                   f"{row['errors']} failed requests ({row['first_error']})", file=sys.stderr)
     finally:
