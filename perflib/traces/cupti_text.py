@@ -571,20 +571,8 @@ def read_cupti_text(path: Path, lean: bool = False) -> Trace:
     `lean`: the dispatches as `schema.LEAN_DISPATCH_COLUMNS` (names as a categorical, no device or
     stream) and the API names and domains as categoricals, what `trace summary` reads."""
     path = Path(path)
-    try:
-        fh = open(path, "rb")  # noqa: SIM115 - closed below, after the read-ahead thread stops
-    except OSError as exc:
-        raise InputError(path, None, "a readable file", files.said(exc)) from exc
-    with fh:
-        head = fh.read(8)
-        if files.is_gzip_name(path) and head[:2] != files.GZIP_MAGIC:
-            raise InputError(path, "byte 0", "gzip data (magic bytes 1f 8b) for a .gz file", repr(head))
-        fh.seek(0)
-        blocks = files.ReadAhead(fh, BLOCK)
-        try:
-            reader = _Reader(path, lean)
-            for data, final in _chunks(blocks, path):
-                reader.add(data, final)
-        finally:
-            blocks.close()
+    reader = _Reader(path, lean)
+    with files.read_ahead(path, BLOCK) as blocks:
+        for data, final in _chunks(blocks, path):
+            reader.add(data, final)
     return reader.trace()

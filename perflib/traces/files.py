@@ -7,6 +7,7 @@ use these before the heavy imports are done.
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import gzip
 import json
@@ -157,6 +158,26 @@ class ReadAhead:
     def close(self) -> None:
         self.stop.set()
         self.thread.join()
+
+
+@contextlib.contextmanager
+def read_ahead(path: Path, block: int) -> Iterator[ReadAhead]:
+    """The file's (gunzipped) blocks of about `block` bytes, read ahead by a thread (`ReadAhead`) and
+    stopped at exit; a file that cannot be opened, or a `.gz` name that holds no gzip, is an `InputError`."""
+    try:
+        fh = open(path, "rb")  # noqa: SIM115 - closed below, after the read-ahead thread stops
+    except OSError as exc:
+        raise InputError(path, None, "a readable file", said(exc)) from exc
+    with fh:
+        head = fh.read(8)
+        if is_gzip_name(path) and head[:2] != GZIP_MAGIC:
+            raise InputError(path, "byte 0", "gzip data (magic bytes 1f 8b) for a .gz file", repr(head))
+        fh.seek(0)
+        blocks = ReadAhead(fh, block)
+        try:
+            yield blocks
+        finally:
+            blocks.close()
 
 
 def stream_error(path: Path, exc: BaseException) -> InputError:

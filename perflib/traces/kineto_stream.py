@@ -307,16 +307,8 @@ def read_tables(path: Path) -> Tables:
     """The streamed read of a Kineto file up to the tables (`Tables`): numpy, no pandas, so that a
     forked child can do it while its parent imports pandas."""
     path = Path(path)
-    with open(path, "rb") as fh:
-        if files.is_gzip_name(path) and fh.read(2) != files.GZIP_MAGIC:
-            fh.seek(0)
-            raise InputError(path, "byte 0", "gzip data (magic bytes 1f 8b) for a .gz file", repr(fh.read(8)))
-        fh.seek(0)
-        blocks = files.ReadAhead(fh, BLOCK)
-        try:
-            return _read(_Text(blocks, path), path)
-        finally:
-            blocks.close()
+    with files.read_ahead(path, BLOCK) as blocks:
+        return _read(_Text(blocks, path), path)
 
 
 def trace_of_tables(path: Path, t: Tables) -> Trace:

@@ -37,7 +37,7 @@ MAX_BYTES = 64 << 20
 
 
 class Prefetch:
-    """A forked child parsing `path` (see the module docstring); `result()` collects it once."""
+    """A forked child parsing `path` (see the module docstring); `trace()` collects it once."""
 
     def __init__(self, path: Path) -> None:
         # numpy before the fork: both processes need it, and the child then has it without importing
@@ -75,7 +75,6 @@ class Prefetch:
                 except Exception:  # noqa: BLE001 - any fault: the caller reads the file itself
                     self._value = None
         return self._value
-
 
     def trace(self) -> Trace | None:
         """The lean Trace of the child's tables, or None where the child failed or they make no Trace
