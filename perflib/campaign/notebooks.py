@@ -177,8 +177,10 @@ def prestart_kernel(cwd: Path) -> None:
     session = kernels.current()
     if session is not None:
         cwd.mkdir(parents=True, exist_ok=True)
-        # resolved, as papermill's chdir makes it: the session keeps a kernel only for the same folder
-        session.prestart(str(cwd.resolve()), [KERNEL_LOG_LEVEL], _kernel_env())
+        try:  # resolved, as papermill's chdir makes it: the session keeps a kernel only for the same folder
+            session.prestart(str(cwd.resolve()), [KERNEL_LOG_LEVEL], _kernel_env())
+        except Exception:  # noqa: BLE001 - only a head start: the first notebook starts the kernel as papermill
+            session.close()  # would, and a kernel that cannot start fails that run with papermill's error
 
 
 def profile_run(campaign_file: str | Path, arm: str, backend: str, batch: int, context: int, repeat: int,

@@ -85,3 +85,11 @@ def test_a_prestarted_kernel_has_imported_before_the_first_notebook_which_reads_
 def test_prestart_outside_a_session_does_nothing(tmp_path):
     pc.prestart_kernel(tmp_path / "w")
     assert kernels.current() is None and not (tmp_path / "w").exists()
+
+
+def test_a_kernel_that_cannot_prestart_leaves_the_start_to_the_first_notebook(tmp_path):
+    """The prestart is only a head start: a kernel spec that does not start raises nothing there (the
+    server still starts), and the session is left as if never prestarted."""
+    with kernels.kernel_session("no-such-kernel-spec") as session:
+        pc.prestart_kernel(tmp_path / "w")
+        assert session.km is None and session.kc is None and session.ready
