@@ -123,16 +123,19 @@ def _text_column(table: Any, name: str, path: Path) -> np.ndarray:
     return col.cast(pa.string()).to_numpy(zero_copy_only=False)
 
 
-def read_trace_parquet(path: str | Path) -> Trace:
-    """Read a file written by `write_trace_parquet` back into a `Trace`."""
+def _open(path: Path, columns: list[str] | None = None) -> tuple[Any, dict[str, Any]]:
+    """The file's table (only `columns`, names kept dictionary-encoded, where given) and its checked
+    `perflib.trace` metadata; a file that is not a readable perflib trace is an `InputError`."""
     import pyarrow.parquet as pq
 
     from perflib.traces import schema
-    from perflib.traces.trace import Trace
 
-    path = Path(path)
     try:
-        table = pq.read_table(path)
+        if columns is None:
+            table = pq.read_table(path)
+        else:
+            present = pq.read_schema(path).names
+            table = pq.read_table(path, columns=[c for c in columns if c in present], read_dictionary=["kernel"])
         names = table.column_names  # decoded here: a damaged file can hold names that are not UTF-8
         raw = (table.schema.metadata or {}).get(_META_KEY)
     except Exception as exc:  # pyarrow raises several types for a damaged file
@@ -141,24 +144,85 @@ def read_trace_parquet(path: str | Path) -> Trace:
         raise InputError(path, "metadata", f"a perflib trace (Parquet metadata key {_META_KEY.decode()!r})",
                          "a Parquet file without it")
     info = _info(path, raw)
-    missing = [c for c in schema.DISPATCH_COLUMNS if c not in names]
+    missing = [c for c in (columns or schema.DISPATCH_COLUMNS) if c not in names and c != "source"]
     if missing:
         raise InputError(path, "columns", f"the dispatch columns {schema.DISPATCH_COLUMNS}", f"missing {missing}")
+    return table, info
+
+
+def _column(table: Any, c: str, path: Path) -> np.ndarray:
+    """Column `c` checked as its reader expects: text for names and kinds, int64 for the rest."""
+    try:
+        if c in ("kernel", "kind"):
+            return _text_column(table, c, path)
+        return _int_column(table, c, path, required=c in ("start_ns", "end_ns"))
+    except InputError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - values pyarrow cannot convert (text that is not UTF-8, ...)
+        raise InputError(path, f"column {c}", "values that can be read", said(exc, with_type=True)) from exc
+
+
+def _trace(dispatches: Any, info: dict[str, Any], path: Path) -> Trace:
+    from perflib.traces import schema
+    from perflib.traces.trace import Trace
+
     source = info.get("source", "perflib-parquet")
-    columns = {}
-    for c in schema.DISPATCH_COLUMNS[:-1]:  # all but source, which the metadata gives
-        try:
-            if c in ("kernel", "kind"):
-                columns[c] = _text_column(table, c, path)
-            else:
-                columns[c] = _int_column(table, c, path, required=c in ("start_ns", "end_ns"))
-        except InputError:
-            raise
-        except Exception as exc:  # noqa: BLE001 - values pyarrow cannot convert (text that is not UTF-8, ...)
-            raise InputError(path, f"column {c}", "values that can be read", said(exc, with_type=True)) from exc
-    dispatches = schema.dispatch_frame(columns, source, path)
     meta = dict(info.get("meta") or {})
     meta["original_path"] = info.get("path")
     meta["cut"] = info.get("cut")
     return Trace(dispatches=dispatches, api=schema.empty_api(source), markers=schema.empty_markers(source),
                  clock=info.get("clock", "unknown"), source=source, path=str(path), meta=meta)
+
+
+def read_trace_parquet(path: str | Path) -> Trace:
+    """Read a file written by `write_trace_parquet` back into a `Trace`."""
+    from perflib.traces import schema
+
+    path = Path(path)
+    table, info = _open(path)
+    columns = {c: _column(table, c, path) for c in schema.DISPATCH_COLUMNS[:-1]}  # source: from the metadata
+    return _trace(schema.dispatch_frame(columns, info.get("source", "perflib-parquet"), path), info, path)
+
+
+def read_trace_parquet_lean(path: str | Path) -> Trace:
+    """`read_trace_parquet` with a lean dispatch table (`schema.LEAN_DISPATCH_COLUMNS`): only the
+    columns a summary reads are read, the names kept as dictionary codes, so a name's text is decoded
+    once, not once a row. The same rows, times and checks of those columns as the full read."""
+    import numpy as np
+    import pandas as pd
+
+    from perflib.traces import schema
+
+    path = Path(path)
+    table, info = _open(path, ["kernel", "start_ns", "end_ns", "correlation_id", "kind"])
+    codes, names = _name_codes(table, path)
+    kinds = _column(table, "kind", path)
+    kind_codes = pd.Index(schema.DISPATCH_KINDS).get_indexer(kinds)
+    unknown = np.flatnonzero(kind_codes < 0)
+    if unknown.size:
+        i = int(unknown[0])
+        raise InputError(path, f"row {i + 1}, column kind", "kind kernel, memcpy or memset", repr(kinds[i])[:80])
+    source = info.get("source", "perflib-parquet")
+    frame = schema.lean_dispatch_frame(codes, names, _column(table, "start_ns", path), _column(table, "end_ns", path),
+                                       _column(table, "correlation_id", path), kind_codes, source, path)
+    return _trace(frame, info, path)
+
+
+def _name_codes(table: Any, path: Path) -> tuple[np.ndarray, list[str]]:
+    """int32 codes and distinct names (first seen first) of the `kernel` column; a null, or a column
+    that is not text, is the full read's `InputError` naming it."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    from perflib.traces.csvread import dictionary_codes
+
+    col = table.column("kernel")
+    value_type = col.type.value_type if pa.types.is_dictionary(col.type) else col.type
+    if col.null_count or not (pa.types.is_string(value_type) or pa.types.is_large_string(value_type)):
+        _column(table, "kernel", path)  # raises, naming the column or the row
+    try:
+        if not pa.types.is_dictionary(col.type):
+            table = table.set_column(table.column_names.index("kernel"), "kernel", pc.dictionary_encode(col))
+        return dictionary_codes(table, "kernel")
+    except Exception as exc:  # noqa: BLE001 - names pyarrow cannot decode (not UTF-8, ...)
+        raise InputError(path, "column kernel", "values that can be read", said(exc, with_type=True)) from exc

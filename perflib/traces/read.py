@@ -47,6 +47,7 @@ LEAN_READERS: dict[str, Callable[[Path], Trace]] = {
     "nsys-sqlite": lambda p: nsys.read_nsys(p, lean=True),
     "kineto": kineto_stream.read_kineto_lean,
     "cupti-text": lambda p: cupti_text.read_cupti_text(p, lean=True),
+    "perflib-parquet": parquet.read_trace_parquet_lean,
 }
 """Format id -> its lean reader: dispatches as `schema.LEAN_DISPATCH_COLUMNS`, read with bounded memory."""
 

@@ -409,7 +409,7 @@ def read_csv_file(path: Path, lean: bool = False) -> dict[str, Any]:
     elif kind == API:
         parts["api"], parts["markers"] = read_api_trace(path, header)
     elif kind == LEGACY:
-        return rocprof_legacy.read_results_csv(path, header)
+        return rocprof_legacy.read_results_csv(path, header, lean)
     elif kind is None:
         raise InputError(
             path,

@@ -45,8 +45,8 @@ def trace_of_parts(parts: list[dict[str, Any]], path: Path) -> Trace:
 
 
 def read_directory(directory: Path, lean: bool = False) -> Trace:
-    """Every rocprofv3 trace under `directory`, merged; CSV first, then rocpd, then JSON (`lean`: the
-    CSV and rocpd dispatches as lean tables)."""
+    """Every rocprofv3 trace under `directory`, merged; CSV first, then rocpd, then JSON, then legacy
+    rocprof `results.csv` (`lean`: the CSV, rocpd and legacy dispatches as lean tables)."""
     found = rocprof_csv.find_outputs(directory)
     if found["csv"]:
         parts = [rocprof_csv.read_csv_file(p, lean) for p in found["csv"]]
@@ -73,7 +73,7 @@ def read_directory(directory: Path, lean: bool = False) -> Trace:
         meta = {**traces[0].meta, "files": [t.path for t in traces]}
         return _trace(parts, traces[0].source, directory, meta)
     if found["legacy"]:
-        parts = [rocprof_legacy.read_results_csv(p) for p in found["legacy"]]
+        parts = [rocprof_legacy.read_results_csv(p, lean=lean) for p in found["legacy"]]
         return _trace(parts, rocprof_legacy.SOURCE, directory, {"files": [str(p) for p in found["legacy"]]})
     raise InputError(
         directory,
