@@ -9,9 +9,10 @@ metadata, each cell's status and, on failure, the error banner; rerunning it wit
 a fresh kernel as usual. The notebook's `parameters` and injected cells set every name it uses, so
 what one run leaves in the kernel does not reach the next, except imported modules (the point).
 
-The runner prestarts the kernel (`KernelSession.prestart`) before it starts the group's server: the
-kernel boots and imports pandas and perflib while the server loads its model, which took the demo's
-first level from 7.3 s to about 4 s after the command started.
+The kernel is started by the group's first notebook, after its server is healthy. (Starting it
+before the server, to boot and import pandas while the server loads its model, saved about 2 s a
+group on the demo, but in two loaded full test runs a Ctrl-C sent during a run was then not acted
+on, for a reason not found: it was taken out.)
 
 A kernel that died (a crash, a Ctrl-C) is replaced by a fresh one at the next run; a session is
 closed (its kernel shut down) when its group is done, or on Ctrl-C.
@@ -29,9 +30,6 @@ from typing import Any
 
 ENGINE = "perflib-kernel"
 """The papermill engine name `execute_notebook` passes while a session is open."""
-
-PREIMPORT = "import pandas, perflib.campaign, perflib.runs, perflib.sweep"
-"""What a prestarted kernel imports before its first notebook (what `collect.ipynb` imports and calls)."""
 
 _current = threading.local()
 
@@ -51,37 +49,6 @@ class KernelSession:
         self.km: Any = None
         self.kc: Any = None
         self.cwd: str | None = None
-        self.ready = True
-        """False from `prestart` until the first notebook has waited for the kernel to answer."""
-
-    def prestart(self, cwd: str, extra_arguments: list[str], env: dict[str, str]) -> None:
-        """Start the kernel now, in `cwd`, and have it import `PREIMPORT` without waiting for either.
-
-        The runner calls this before it starts a server: the kernel boots and imports pandas and
-        perflib (about 2 s on the 2-core machine) while the server loads its model, instead of
-        after. The first notebook then waits for the kernel (`wait_ready`); the import runs
-        silently (no output, no execution count), so the executed notebooks are the same."""
-        from jupyter_core.utils import run_sync
-
-        km = self.manager(cwd)
-        if km.has_kernel:
-            return
-        with environment(env):
-            run_sync(km.start_kernel)(cwd=cwd, extra_arguments=[*extra_arguments, HISTORY_IN_MEMORY])
-        kc = km.client()
-        # no heartbeat thread: liveness is the manager's (the client's parent); a session closed right
-        # after (a server that did not start) would otherwise race that thread's socket and print its error
-        kc.start_channels(hb=False)
-        kc.execute(PREIMPORT, silent=True, store_history=False)
-        self.kc, self.ready = kc, False
-
-    def wait_ready(self, timeout: float) -> None:
-        """Once after `prestart`: wait until the kernel answers (its preimport done) and IOPub is connected."""
-        from jupyter_core.utils import run_sync
-
-        if not self.ready and self.kc is not None:
-            run_sync(self.kc.wait_for_ready)(timeout=timeout)
-        self.ready = True
 
     def manager(self, cwd: str) -> Any:
         """The kernel manager for a notebook run in `cwd`: this session's, if its kernel lives there."""
@@ -99,7 +66,7 @@ class KernelSession:
         """Shut the kernel down now; the next notebook starts a new one."""
         from jupyter_core.utils import run_sync
 
-        km, kc, self.km, self.kc, self.cwd, self.ready = self.km, self.kc, None, None, None, True
+        km, kc, self.km, self.kc, self.cwd = self.km, self.kc, None, None, None
         if kc is not None:
             with contextlib.suppress(Exception):
                 kc.stop_channels()
@@ -121,10 +88,6 @@ def environment(env: dict[str, str]) -> Iterator[None]:
                 os.environ.pop(key, None)
             else:
                 os.environ[key] = value
-
-
-HISTORY_IN_MEMORY = "--HistoryManager.hist_file=:memory:"
-"""nbclient's default for the kernels it starts (no history database); a prestarted kernel gets it too."""
 
 
 @functools.cache
@@ -200,7 +163,6 @@ def _register() -> None:
             km = session.manager(str(Path.cwd()))
             client = PapermillNotebookClient(nb_man, km=km, **final)
             if session.kc is not None and km.has_kernel:
-                session.wait_ready(start_timeout)
                 client.kc = session.kc  # nbclient skips its new client's ready wait
             try:
                 return client.execute()

@@ -170,19 +170,6 @@ def _kernel_env() -> dict[str, str]:
     return {"PYTHONPATH": root + (os.pathsep + path if path else "")} if root not in path.split(os.pathsep) else {}
 
 
-def prestart_kernel(cwd: Path) -> None:
-    """Inside `kernels.kernel_session`: start its kernel in `cwd` now, as `execute_notebook` would
-    start it, and have it import what the notebooks use, both in the background
-    (`KernelSession.prestart`). Outside a session, nothing."""
-    session = kernels.current()
-    if session is not None:
-        cwd.mkdir(parents=True, exist_ok=True)
-        try:  # resolved, as papermill's chdir makes it: the session keeps a kernel only for the same folder
-            session.prestart(str(cwd.resolve()), [KERNEL_LOG_LEVEL], _kernel_env())
-        except Exception:  # noqa: BLE001 - only a head start: the first notebook starts the kernel as papermill
-            session.close()  # would, and a kernel that cannot start fails that run with papermill's error
-
-
 def profile_run(campaign_file: str | Path, arm: str, backend: str, batch: int, context: int, repeat: int,
                 data_dir: str | Path | None = None) -> dict[str, pd.DataFrame]:
     """Attribute one run's trace, windowed to its level, and write its tables to

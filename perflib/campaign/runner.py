@@ -187,10 +187,7 @@ def _serve_group(campaign: Campaign, arm: ArmSpec, backend: BackendSpec, group: 
     started = False
     try:
         with kernels.kernel_session(how.kernel):  # one kernel for the group's collect notebooks
-            # no prestart_kernel here: with the kernel started before the server, a Ctrl-C was sometimes not
-            # acted on (tests/campaign/test_started_servers.py, twice in loaded full runs); until that is
-            # understood the first notebook starts the kernel, as before
-            import_papermill()  # half a second, also while the kernel boots
+            import_papermill()  # half a second, before the server is started
             try:
                 served.start()
             except PerflibError as exc:
