@@ -154,9 +154,9 @@ async def child(kind: str, base_url: str, concurrency: int, warmup: float, durat
         async def worker() -> None:
             while not stop.is_set():
                 counter[0] += 1
-                if kind == "raw":
+                if kind in ("raw", "raw-uvloop"):
                     rec = await raw_request(host, int(port), _body(counter[0], max_tokens))
-                elif kind == "floor":
+                elif kind in ("floor", "floor-asyncio"):
                     rec = await floor_request(host, int(port), _body(counter[0], max_tokens))
                 else:
                     transport = "httpx" if kind == "perflib-httpx" else "raw"
@@ -323,7 +323,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--clients", default="perflib,perflib-httpx,raw",
                         help="perflib (its default reader and loop), perflib-httpx (its httpx transport), raw (a "
                              "minimal raw-socket reader on stdlib asyncio), floor (a timestamp and an append per read "
-                             "on perflib's loop: the least a reader can cost)")
+                             "on perflib's loop: the least a reader can cost); raw-uvloop and floor-asyncio: those two on the other "
+                             "loop, which tells the reader's effect on the server's step from its loop's")
     parser.add_argument("--rounds", type=int, default=1,
                         help="measure every client this many times at each N, the order reversed every other "
                              "round; the server step of perflib against raw is then a median of paired ratios")
@@ -350,8 +351,9 @@ def main(argv: list[str] | None = None) -> int:
         from perflib import load
 
         coro = child(args.child, args.base_url, int(args.concurrency), args.warmup, args.duration, args.max_tokens)
-        # perflib's client runs on perflib's loop (uvloop when installed); the minimal reader on stdlib asyncio
-        result = load.run_async(coro) if args.child in ("perflib", "perflib-httpx", "floor") else asyncio.run(coro)
+        # perflib's client runs on perflib's loop (uvloop when installed); the minimal reader on stdlib asyncio;
+        # raw-uvloop and floor-asyncio swap the loop, to tell the reader's effect from the loop's
+        result = load.run_async(coro) if args.child in UVLOOP_CLIENTS else asyncio.run(coro)
         print(json.dumps(result))
         return 0
 
@@ -375,6 +377,8 @@ def main(argv: list[str] | None = None) -> int:
 
 SERVER_FLAGS: list[str] = []
 METHOD = ""
+UVLOOP_CLIENTS = ("perflib", "perflib-httpx", "floor", "raw-uvloop")
+"""The clients run on perflib's loop (uvloop where installed); the others on stdlib asyncio."""
 CEILING_METHOD = ("N streams of T tokens from a local token source (a uvloop process of this script writing "
                   "llama-server-shaped chunks as fast as it can, one write per token) read by perflib's client "
                   "from W worker processes (perflib.load.workers; W=1: one process, no workers) with records "
