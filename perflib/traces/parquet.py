@@ -188,23 +188,15 @@ def read_trace_parquet_lean(path: str | Path) -> Trace:
     """`read_trace_parquet` with a lean dispatch table (`schema.LEAN_DISPATCH_COLUMNS`): only the
     columns a summary reads are read, the names kept as dictionary codes, so a name's text is decoded
     once, not once a row. The same rows, times and checks of those columns as the full read."""
-    import numpy as np
-    import pandas as pd
-
     from perflib.traces import schema
 
     path = Path(path)
     table, info = _open(path, ["kernel", "start_ns", "end_ns", "correlation_id", "kind"])
     codes, names = _name_codes(table, path)
-    kinds = _column(table, "kind", path)
-    kind_codes = pd.Index(schema.DISPATCH_KINDS).get_indexer(kinds)
-    unknown = np.flatnonzero(kind_codes < 0)
-    if unknown.size:
-        i = int(unknown[0])
-        raise InputError(path, f"row {i + 1}, column kind", "kind kernel, memcpy or memset", repr(kinds[i])[:80])
-    source = info.get("source", "perflib-parquet")
+    kinds = schema.kind_codes(_column(table, "kind", path), path)
     frame = schema.lean_dispatch_frame(codes, names, _column(table, "start_ns", path), _column(table, "end_ns", path),
-                                       _column(table, "correlation_id", path), kind_codes, source, path)
+                                       _column(table, "correlation_id", path), kinds,
+                                       info.get("source", "perflib-parquet"), path)
     return _trace(frame, info, path)
 
 

@@ -126,14 +126,7 @@ def _frame(
                     np.full(n, DISPATCH_KINDS.index(kind), dtype=np.int8), categories=list(DISPATCH_KINDS)
                 )
             else:
-                values = np.asarray(kind, dtype=object)
-                codes = pd.Index(DISPATCH_KINDS).get_indexer(values)
-                unknown = np.flatnonzero(codes < 0)
-                if unknown.size:
-                    i = int(unknown[0])
-                    raise InputError(path, f"{label(i)}, column kind", "kind kernel, memcpy or memset",
-                                     repr(values[i])[:80])
-                out[col] = pd.Categorical.from_codes(codes.astype(np.int8), categories=list(DISPATCH_KINDS))
+                out[col] = pd.Categorical.from_codes(kind_codes(kind, path, label), categories=list(DISPATCH_KINDS))
         elif col == "start_ns":
             out[col] = start
         elif col == "end_ns":
@@ -147,6 +140,18 @@ def _frame(
     if n > 1 and not bool(np.all(start[1:] >= start[:-1])):
         frame = frame.sort_values("start_ns", kind="stable", ignore_index=True)
     return frame
+
+
+def kind_codes(values: Any, path: object, label: RowLabel = _row_label_default) -> np.ndarray:
+    """int8 codes into `DISPATCH_KINDS` of each row's kind as text; another kind is an `InputError`
+    naming its row."""
+    values = np.asarray(values, dtype=object)
+    codes = pd.Index(DISPATCH_KINDS).get_indexer(values)
+    unknown = np.flatnonzero(codes < 0)
+    if unknown.size:
+        i = int(unknown[0])
+        raise InputError(path, f"{label(i)}, column kind", "kind kernel, memcpy or memset", repr(values[i])[:80])
+    return codes.astype(np.int8)
 
 
 def lean_dispatch_frame(
