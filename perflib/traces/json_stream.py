@@ -131,8 +131,8 @@ class Text:
 
 
 def members(text: Text, between: str = "',' or '}' between keys") -> Iterator[Any]:
-    """The keys of the object whose `{` was just consumed, one at a time: the caller reads (or skips)
-    each key's value before asking for the next key."""
+    """The keys of the object whose `{` was just consumed, one at a time (each with the text at the
+    start of its value): the caller reads (or skips) each key's value before asking for the next key."""
     text.skip_ws()
     if text.startswith(b"}"):
         text.consume(1)
@@ -151,8 +151,8 @@ def members(text: Text, between: str = "',' or '}' between keys") -> Iterator[An
 
 
 def elements(text: Text, between: str = "',' or ']' between elements") -> Iterator[int]:
-    """The indices of the elements of the array whose `[` was just consumed, one at a time: the caller
-    reads each element before asking for the next."""
+    """The indices of the elements of the array whose `[` was just consumed, one at a time (each at the
+    start of its element's text): the caller reads each element before asking for the next."""
     text.skip_ws()
     if text.startswith(b"]"):
         text.consume(1)
@@ -163,6 +163,7 @@ def elements(text: Text, between: str = "',' or ']' between elements") -> Iterat
         text.skip_ws()
         if text.startswith(b","):
             text.consume(1)
+            text.skip_ws()
             index += 1
             continue
         text.expect(b"]", between)
@@ -185,8 +186,8 @@ def skip(text: Text, where: str = "the array", size: int | None = None) -> None:
         text.value()
 
 
-def loads(text: bytes, exact: bool) -> list:
-    """The elements of the array `text`; orjson, or the standard parser (NaN, or `exact`: Decimal floats)."""
+def loads(text: bytes, exact: bool) -> Any:
+    """The JSON `text` parsed: orjson, or the standard parser (NaN, or `exact`: Decimal floats)."""
     if not exact:
         import orjson
 

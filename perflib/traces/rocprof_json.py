@@ -147,11 +147,16 @@ class Records:
         return {k: self.table.column(k, np.int64) for k in self.keep}
 
 
+def new_records(name: str, path: Path, where: str, lean: bool = False) -> Records:
+    """An empty `Records` for buffer `name` of process `where` (`lean`: keeping only the fields a
+    lean table needs)."""
+    return Records(BUFFER_FIELDS[name], path, f"{where}.buffer_records.{name}",
+                   LEAN_FIELDS.get(name) if lean else None)
+
+
 def buffer_records(path: Path, where: str, lean: bool = False) -> dict[str, Records]:
-    """An empty `Records` for each buffer of process `where` that the tables read (`lean`: keeping
-    only the dispatch fields a lean table needs)."""
-    return {name: Records(fields, path, f"{where}.buffer_records.{name}", LEAN_FIELDS.get(name) if lean else None)
-            for name, fields in BUFFER_FIELDS.items()}
+    """An empty `Records` for each buffer of process `where` that the tables read."""
+    return {name: new_records(name, path, where, lean) for name in BUFFER_FIELDS}
 
 
 def _first_seen(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
