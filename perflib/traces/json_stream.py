@@ -224,22 +224,31 @@ def scan(region: bytes) -> tuple[int, int | None]:
     return (int(brackets[ends[-1]]) + 1 if ends.size else 0), close
 
 
-def cuts(region: bytes) -> list[int]:
-    """Where a `}` may end the last whole element: before `,` and a newline first (no JSON string holds
-    a raw newline, so that `}` is outside any name), then before a bare `,`."""
-    out = []
-    for mark in (b"},\n", b"},\r\n", b"},"):
+CUT_MARKS = (b"},\n", b"},\r\n", b"},")
+"""Where a `}` may end the last whole element: before `,` and a newline first (no JSON string holds a
+raw newline, so that `}` is outside any name), then before a bare `,`."""
+
+
+def cuts(region: bytes, marks: tuple[bytes, ...] = CUT_MARKS) -> Iterator[int]:
+    """The last place of each of `marks` in `region`, in the order of `marks` (at most `_TRIES`
+    distinct ones, each found only once the one before did not do): where the last whole element may end."""
+    seen: list[int] = []
+    for mark in marks:
         at = region.rfind(mark)
-        if at >= 0 and at not in out:
-            out.append(at)
-    return out[:_TRIES]
+        if at >= 0 and at not in seen:
+            seen.append(at)
+            yield at
+            if len(seen) == _TRIES:
+                return
 
 
-def next_chunk(text: Text, where: str = "the array", size: int | None = None) -> tuple[list, bool, bytes]:
+def next_chunk(text: Text, where: str = "the array", size: int | None = None,
+               marks: tuple[bytes, ...] = CUT_MARKS) -> tuple[list, bool, bytes]:
     """The next whole elements of the array being read (parsed), whether the array closed, and their
     text: those that end in the next `size` (default `PARSE`) bytes, or in the first region four,
-    sixteen, ... times that which holds one (an element longer than `size`). `where` names the array
-    in the error for a file that ends inside it."""
+    sixteen, ... times that which holds one (an element longer than `size`). Cuts are tried at the
+    `cuts` of `marks` before the numpy `scan`. `where` names the array in the error for a file that
+    ends inside it."""
     size = size or PARSE
     while True:
         text.skip_ws()
@@ -252,7 +261,7 @@ def next_chunk(text: Text, where: str = "the array", size: int | None = None) ->
         while text.left() < size and text.more():
             pass
         region = text.head(size)
-        for cut in cuts(region):
+        for cut in cuts(region, marks):
             doc = b"".join((b"[", memoryview(region)[:cut + 1], b"]"))
             try:
                 import orjson

@@ -10,7 +10,7 @@ says which. `device` is the agent's `logical_node_id` (the CSV's relative "Agent
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -33,16 +33,27 @@ CAUGHT = (KeyError, TypeError, IndexError, AttributeError)
 """What a getter raises on a record lacking a field or of the wrong shape."""
 
 
-def _columns(records: list, getters: dict[str, Any], path: Path, where: str, offset: int = 0) -> dict[str, list]:
-    """One list per field; a record lacking a field, or not shaped as one, is an `InputError` naming it
-    (`offset`: the index of `records[0]` in its buffer, where they are a chunk of it)."""
+class Fields:
+    """The fields of one buffer's records, each a Python expression over a record `r` (one source for
+    both functions made of them): `row` gets them all at once (one call per record: the fast path),
+    `getters` one each (to find which field of which record is missing)."""
+
+    def __init__(self, exprs: dict[str, str]) -> None:
+        self.names = tuple(exprs)
+        self.getters: dict[str, Callable[[Any], Any]] = {n: eval(f"lambda r: {e}") for n, e in exprs.items()}
+        self.row: Callable[[Any], tuple] = eval(f"lambda r: ({', '.join(exprs.values())},)")
+
+
+def _columns(records: list, fields: Fields, path: Path, where: str, offset: int = 0) -> dict[str, Any]:
+    """One sequence per field; a record lacking a field, or not shaped as one, is an `InputError` naming
+    it (`offset`: the index of `records[0]` in its buffer, where they are a chunk of it)."""
     if not isinstance(records, list):
         raise InputError(path, where, "a list of records", type(records).__name__)
     try:
-        return {name: [get(r) for r in records] for name, get in getters.items()}
+        rows = list(map(fields.row, records))
     except CAUGHT:
         for i, r in enumerate(records):
-            for name, get in getters.items():
+            for name, get in fields.getters.items():
                 try:
                     get(r)
                 except CAUGHT as exc:
@@ -50,9 +61,10 @@ def _columns(records: list, getters: dict[str, Any], path: Path, where: str, off
                         path, f"{where}[{offset + i}]", f"a record with its {name} field", repr(exc)
                     ) from exc
         raise
+    return dict(zip(fields.names, zip(*rows, strict=True), strict=True)) if rows else {n: () for n in fields.names}
 
 
-def _int64(values: list, path: Path, where: str, field: str, offset: int = 0) -> np.ndarray:
+def _int64(values: Sequence[Any], path: Path, where: str, field: str, offset: int = 0) -> np.ndarray:
     """The values as int64; one that is not an integer (a bool, a float, text, null) or does not fit
     int64 is an `InputError` naming its record (`offset` + its index) and field."""
     if set(map(type, values)) <= {int}:
@@ -68,33 +80,33 @@ def _int64(values: list, path: Path, where: str, field: str, offset: int = 0) ->
     raise AssertionError("unreachable: every value is an int64")  # pragma: no cover
 
 
-KERNEL_FIELDS: dict[str, Callable[[Any], Any]] = {
-    "kernel_id": lambda r: r["dispatch_info"]["kernel_id"],
-    "start_ns": lambda r: r["start_timestamp"],
-    "end_ns": lambda r: r["end_timestamp"],
-    "agent": lambda r: r["dispatch_info"]["agent_id"]["handle"],
-    "queue": lambda r: r["dispatch_info"]["queue_id"]["handle"],
-    "stream": lambda r: (r.get("stream_id") or {}).get("handle", -1),
-    "correlation_id": lambda r: r["correlation_id"]["internal"],
-}
-COPY_FIELDS: dict[str, Callable[[Any], Any]] = {
-    "kind": lambda r: r["kind"],
-    "operation": lambda r: r["operation"],
-    "start_ns": lambda r: r["start_timestamp"],
-    "end_ns": lambda r: r["end_timestamp"],
-    "src": lambda r: r["src_agent_id"]["handle"],
-    "dst": lambda r: r["dst_agent_id"]["handle"],
-    "stream": lambda r: (r.get("stream_id") or {}).get("handle", -1),
-    "correlation_id": lambda r: r["correlation_id"]["internal"],
-}
-HOST_FIELDS: dict[str, Callable[[Any], Any]] = {
-    "kind": lambda r: r["kind"],
-    "operation": lambda r: r["operation"],
-    "start_ns": lambda r: r["start_timestamp"],
-    "end_ns": lambda r: r["end_timestamp"],
-    "tid": lambda r: r.get("thread_id", -1),
-    "correlation_id": lambda r: r["correlation_id"]["internal"],
-}
+KERNEL_FIELDS = Fields({
+    "kernel_id": 'r["dispatch_info"]["kernel_id"]',
+    "start_ns": 'r["start_timestamp"]',
+    "end_ns": 'r["end_timestamp"]',
+    "agent": 'r["dispatch_info"]["agent_id"]["handle"]',
+    "queue": 'r["dispatch_info"]["queue_id"]["handle"]',
+    "stream": '(r.get("stream_id") or {}).get("handle", -1)',
+    "correlation_id": 'r["correlation_id"]["internal"]',
+})
+COPY_FIELDS = Fields({
+    "kind": 'r["kind"]',
+    "operation": 'r["operation"]',
+    "start_ns": 'r["start_timestamp"]',
+    "end_ns": 'r["end_timestamp"]',
+    "src": 'r["src_agent_id"]["handle"]',
+    "dst": 'r["dst_agent_id"]["handle"]',
+    "stream": '(r.get("stream_id") or {}).get("handle", -1)',
+    "correlation_id": 'r["correlation_id"]["internal"]',
+})
+HOST_FIELDS = Fields({
+    "kind": 'r["kind"]',
+    "operation": 'r["operation"]',
+    "start_ns": 'r["start_timestamp"]',
+    "end_ns": 'r["end_timestamp"]',
+    "tid": 'r.get("thread_id", -1)',
+    "correlation_id": 'r["correlation_id"]["internal"]',
+})
 API_BUFFERS = ("hip_api", "hsa_api", "rccl_api")
 MARKER_BUFFERS = ("marker_api",)
 BUFFER_FIELDS = {"kernel_dispatch": KERNEL_FIELDS, "memory_copy": COPY_FIELDS,
@@ -111,10 +123,9 @@ class Records:
     lacking a field before any value of the wrong type, the fields in order, each at its first record),
     whether the records came in one list or in many chunks."""
 
-    def __init__(self, fields: dict[str, Callable[[Any], Any]], path: Path, where: str,
-                 keep: tuple[str, ...] | None = None) -> None:
+    def __init__(self, fields: Fields, path: Path, where: str, keep: tuple[str, ...] | None = None) -> None:
         self.fields, self.path, self.where = fields, path, where
-        self.keep = tuple(fields) if keep is None else keep
+        self.keep = fields.names if keep is None else keep
         self.table = json_stream.Table()
         self.rows = 0
         self.faults: dict[str, InputError] = {}
@@ -141,7 +152,7 @@ class Records:
 
     def columns(self) -> dict[str, np.ndarray]:
         """The kept fields' columns; the first fault (see the class) is raised here."""
-        for key in ("", *self.fields):
+        for key in ("", *self.fields.names):
             if key in self.faults:
                 raise self.faults[key]
         return {k: self.table.column(k, np.int64) for k in self.keep}

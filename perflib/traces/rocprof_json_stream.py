@@ -35,6 +35,9 @@ BLOCK = 16 << 20
 """Bytes of JSON read at a time (gunzipped ahead by a thread)."""
 PARSE = json_stream.PARSE
 """Bytes of records parsed at a time."""
+MARKS = (b"},{", b"}, {", *json_stream.CUT_MARKS)
+"""Where a record may end: rocprofv3 writes compact JSON, and its records hold no strings and no
+arrays, so a `},{` ends one record and starts the next (every cut is still checked by its parse)."""
 WHOLE = ("metadata", "agents", "kernel_symbols", "strings")
 """The keys of a process object read whole: what `rocprof_json.process_tables` reads besides the records."""
 _NO_BUFFERS = object()
@@ -150,7 +153,7 @@ def _stream(text: Text, rec: Records) -> None:
     text.consume(1)
     closed = False
     while not closed:
-        chunk, closed, _ = json_stream.next_chunk(text, rec.where, PARSE)
+        chunk, closed, _ = json_stream.next_chunk(text, rec.where, PARSE, MARKS)
         if chunk:
             rec.add(chunk)
         del chunk
@@ -166,6 +169,6 @@ def _whole(text: Text, where: str) -> Any:
     out: list = []
     closed = False
     while not closed:
-        chunk, closed, _ = json_stream.next_chunk(text, where, PARSE)
+        chunk, closed, _ = json_stream.next_chunk(text, where, PARSE, MARKS)
         out += chunk
     return out
