@@ -5,11 +5,12 @@ array of objects chunk by chunk, so that memory grows with what a reader keeps, 
 `members` and `elements` walk an object's keys and an array's elements one at a time; `Text.value`
 parses one value whole (the standard parser's `raw_decode`); `next_chunk` gives the next whole
 elements of an array in about `PARSE` bytes, parsed at once with orjson; `skip` passes over a value
-the reader does not need, checking it as JSON but building at most one chunk of it at a time.
+the reader does not need, checking it as JSON but building at most one chunk of it at a time;
+`chunks` gives an array's elements chunk by chunk.
 `Names` and `Table` collect what chunks reduce to: name codes and numpy columns.
 
 Cutting: JSON text cannot hold `[`+P+`]` as a valid array unless P is whole elements, so a cut at
-a `},` is tried by parsing what lies before it (in a file written one element per line the last
+a `},` (or at a reader's own `marks`) is tried by parsing what lies before it (in a file written one element per line the last
 `},` of a chunk ends an element); where that fails (an element's last key holds an object followed
 by another key, compact JSON), the chunk is scanned with numpy for quotes and brackets outside
 strings and cut where the bracket depth returns to the array's; where no element ends in the chunk,
@@ -176,7 +177,7 @@ def skip(text: Text, where: str = "the array", size: int | None = None) -> None:
     text.skip_ws()
     if text.startswith(b"["):
         text.consume(1)
-        while not next_chunk(text, where, size)[1]:
+        for _ in chunks(text, where, size):
             pass
     elif text.startswith(b"{"):
         text.consume(1)
@@ -282,6 +283,18 @@ def next_chunk(text: Text, where: str = "the array", size: int | None = None,
         elif not text.more():
             raise InputError(text.path, f"byte {text.offset + text.left()}", "complete JSON",
                              f"the end of the file inside {where} (file cut?)")
+
+
+def chunks(text: Text, where: str = "the array", size: int | None = None,
+           marks: tuple[bytes, ...] = CUT_MARKS) -> Iterator[list]:
+    """The elements of the array whose `[` was just consumed, chunk by chunk (`next_chunk`), up to and
+    including its `]`."""
+    closed = False
+    while not closed:
+        parsed, closed, _ = next_chunk(text, where, size, marks)
+        if parsed:
+            yield parsed
+        del parsed
 
 
 def parse(doc: bytes, text: Text) -> list:

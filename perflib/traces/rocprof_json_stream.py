@@ -66,7 +66,7 @@ def read_json_lean(path: Path) -> Trace:
         raise InputError(path, None, "JSON nested to a sensible depth", "deeper than the parser's limit") from exc
     except UnicodeDecodeError as exc:
         raise InputError(path, None, "UTF-8 JSON text", files.said(exc)) from exc
-    except ValueError as exc:  # an integer of more digits than Python converts (4300)
+    except ValueError as exc:  # the standard parser's: an integer of more digits than it converts (4300)
         raise InputError(path, None, "JSON numbers of a sensible length", files.said(exc)) from exc
     finally:
         if enabled:
@@ -151,12 +151,9 @@ def _stream(text: Text, rec: Records) -> None:
         rec.add(_whole(text, rec.where) or [])
         return
     text.consume(1)
-    closed = False
-    while not closed:
-        chunk, closed, _ = json_stream.next_chunk(text, rec.where, PARSE, MARKS)
-        if chunk:
-            rec.add(chunk)
-        del chunk
+    for chunk in json_stream.chunks(text, rec.where, PARSE, MARKS):
+        rec.add(chunk)
+        del chunk  # before the next chunk is parsed
 
 
 def _whole(text: Text, where: str) -> Any:
@@ -166,9 +163,4 @@ def _whole(text: Text, where: str) -> Any:
     if not text.startswith(b"["):
         return json_stream.loads(text.raw(), exact=False)
     text.consume(1)
-    out: list = []
-    closed = False
-    while not closed:
-        chunk, closed, _ = json_stream.next_chunk(text, where, PARSE, MARKS)
-        out += chunk
-    return out
+    return [element for chunk in json_stream.chunks(text, where, PARSE, MARKS) for element in chunk]
