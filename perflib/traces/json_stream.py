@@ -171,18 +171,20 @@ def elements(text: Text, between: str = "',' or ']' between elements") -> Iterat
         return
 
 
-def skip(text: Text, where: str = "the array", size: int | None = None) -> None:
-    """Pass over the next value, checked as JSON: an array in chunks of whole elements (dropped), an
-    object key by key, anything else whole. `where` names the value in a file-cut error."""
+def skip(text: Text, where: str = "the array", size: int | None = None,
+         marks: tuple[bytes, ...] | None = None) -> None:
+    """Pass over the next value, checked as JSON: an array in chunks of whole elements (dropped; `size`
+    and `marks` as in `next_chunk`), an object key by key, anything else whole. `where` names the value
+    in a file-cut error."""
     text.skip_ws()
     if text.startswith(b"["):
         text.consume(1)
-        for _ in chunks(text, where, size):
+        for _ in chunks(text, where, size, marks or CUT_MARKS):
             pass
     elif text.startswith(b"{"):
         text.consume(1)
         for key in members(text):
-            skip(text, f"{where}.{key}", size)
+            skip(text, f"{where}.{key}", size, marks)
     else:
         text.value()
 

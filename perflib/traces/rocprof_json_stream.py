@@ -84,7 +84,7 @@ def _read(text: Text, path: Path) -> list[_Process]:
     whole read)."""
     text.skip_ws()
     if not text.startswith(b"{"):
-        json_stream.skip(text, "the top level", PARSE)
+        json_stream.skip(text, "the top level", PARSE, MARKS)
         _end(text)
         raise InputError(path, "top level", rocprof_json.NOT_ROCPROF_JSON)
     text.consume(1)
@@ -95,7 +95,7 @@ def _read(text: Text, path: Path) -> list[_Process]:
             procs = [_process(text, path, f"{TOOL}[{i}]") for i in json_stream.elements(text)]
         else:
             procs = None if key == TOOL else procs
-            json_stream.skip(text, str(key), PARSE)
+            json_stream.skip(text, str(key), PARSE, MARKS)
     _end(text)
     if procs is None:
         raise InputError(path, "top level", rocprof_json.NOT_ROCPROF_JSON)
@@ -115,7 +115,7 @@ def _process(text: Text, path: Path, where: str) -> _Process:
     the others skipped."""
     proc = _Process(where, rocprof_json.buffer_records(path, where, lean=True))
     if not text.startswith(b"{"):
-        json_stream.skip(text, where, PARSE)
+        json_stream.skip(text, where, PARSE, MARKS)
         return proc
     text.consume(1)
     for key in json_stream.members(text):
@@ -124,7 +124,7 @@ def _process(text: Text, path: Path, where: str) -> _Process:
         elif key in WHOLE:
             proc.keys[key] = _whole(text, f"{where}.{key}")
         else:
-            json_stream.skip(text, f"{where}.{key}", PARSE)
+            json_stream.skip(text, f"{where}.{key}", PARSE, MARKS)
     return proc
 
 
@@ -140,7 +140,7 @@ def _buffers(text: Text, path: Path, where: str) -> tuple[Any, dict[str, Records
             records[name] = rec = rocprof_json.new_records(name, path, where, lean=True)
             _stream(text, rec)
         else:
-            json_stream.skip(text, f"{where}.buffer_records.{name}", PARSE)
+            json_stream.skip(text, f"{where}.buffer_records.{name}", PARSE, MARKS)
     return {}, records
 
 
