@@ -18,7 +18,7 @@ import numpy as np
 
 from perflib.errors import InputError
 from perflib.traces import json_stream, schema
-from perflib.traces.files import load_json
+from perflib.traces.files import gc_paused, load_json
 from perflib.traces.rocprof import ROCPROF_CLOCK, ROCPROF_CLOCK_CANDIDATES
 from perflib.traces.trace import Trace
 
@@ -364,7 +364,9 @@ def read_json(path: Path) -> Trace:
     data = load_json(path)
     if not isinstance(data, dict) or not isinstance(data.get(TOOL), list):
         raise InputError(path, "top level", NOT_ROCPROF_JSON)
-    return trace_of([_process(p, path, i) for i, p in enumerate(data[TOOL])], path)
+    with gc_paused():  # the records' rows: many small objects beside the parsed file, none cyclic
+        procs = [_process(p, path, i) for i, p in enumerate(data[TOOL])]
+    return trace_of(procs, path)
 
 
 def _merged(procs: list[dict[str, Any]], key: str) -> dict[str, Any]:

@@ -20,7 +20,6 @@ buffer); a fault in the JSON itself (a cut file, garbage) is named by its byte.
 
 from __future__ import annotations
 
-import gc
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -57,10 +56,8 @@ class _Process:
 def read_json_lean(path: Path) -> Trace:
     """A rocprofv3 JSON file (`.json` / `.json.gz`) -> Trace with a lean dispatch table, read as a stream."""
     path = Path(path)
-    enabled = gc.isenabled()
-    gc.disable()  # thousands of acyclic objects per chunk, dropped right after
     try:
-        with files.read_ahead(path, BLOCK) as blocks:
+        with files.gc_paused(), files.read_ahead(path, BLOCK) as blocks:  # the GC: acyclic objects, dropped
             procs = _read(Text(blocks, path), path)
     except RecursionError as exc:
         raise InputError(path, None, "JSON nested to a sensible depth", "deeper than the parser's limit") from exc
@@ -68,9 +65,6 @@ def read_json_lean(path: Path) -> Trace:
         raise InputError(path, None, "UTF-8 JSON text", files.said(exc)) from exc
     except ValueError as exc:  # the standard parser's: an integer of more digits than it converts (4300)
         raise InputError(path, None, "JSON numbers of a sensible length", files.said(exc)) from exc
-    finally:
-        if enabled:
-            gc.enable()
     tables = []
     for p in procs:
         if p.buffers is _NO_BUFFERS:
