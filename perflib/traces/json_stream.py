@@ -49,10 +49,13 @@ _QUOTE, _BACKSLASH = 34, 92
 
 class Text:
     """The gunzipped bytes of a file, read block by block; what is not yet consumed starts at `pos` of
-    `data` (consuming moves `pos`: the buffer is copied only when a block is appended)."""
+    `data` (consuming moves `pos`: the buffer is copied only when a block is appended). With `utf8`, a
+    value read whole (`value`, `raw`: keys included) that is not UTF-8 is an `InputError`, as in a
+    whole-file parse; without, its bytes pass as surrogate escapes."""
 
-    def __init__(self, fh: files.ReadAhead, path: Path) -> None:
+    def __init__(self, fh: files.ReadAhead, path: Path, utf8: bool = False) -> None:
         self.fh, self.path, self.data, self.pos, self.eof, self.offset = fh, path, b"", 0, False, 0
+        self.utf8 = utf8
 
     def more(self) -> bool:
         """Append the next block; False at the end of the file."""
@@ -127,6 +130,12 @@ class Text:
                 window *= 4  # a number cut by the window's edge: read on
                 continue
             raw = text[:end].encode("utf-8", "surrogateescape")
+            if self.utf8 and not raw.isascii():
+                try:
+                    raw.decode("utf-8")
+                except UnicodeDecodeError as exc:
+                    raise InputError(self.path, f"byte {self.offset + exc.start}", "UTF-8 JSON text",
+                                     files.said(exc)) from exc
             self.consume(len(raw))
             return obj, raw
 

@@ -401,6 +401,19 @@ def test_garbage_and_odd_documents(tmp_path: Path, monkeypatch: pytest.MonkeyPat
         assert str(lean) == str(full)
 
 
+@pytest.mark.parametrize("text", [
+    b'{"rocprofiler-sdk-tool": [{"\xedetadata": {}, "buffer_records": {}}]}',  # a key
+    b'{"rocprofiler-sdk-tool": [{"summary": "\xff", "buffer_records": {}}]}',  # a value skipped
+    b'{"rocprofiler-sdk-tool": [{"metadata": {"node": "\xc3("}, "buffer_records": {}}]}',  # a value read whole
+])
+def test_text_that_is_not_utf8(tmp_path: Path, text: bytes) -> None:
+    """Where a whole-file parse refuses bytes that are not UTF-8, so does the stream, at the same byte."""
+    path = tmp_path / "x_results.json"
+    path.write_bytes(text)
+    full, lean = _errors(path)
+    assert lean.expected == full.expected == "UTF-8 JSON text" and lean.where == full.where
+
+
 def test_binary_garbage(tmp_path: Path) -> None:
     path = tmp_path / "x_results.json"
     path.write_bytes(bytes(range(256)) * 4)
