@@ -287,8 +287,9 @@ def next_chunk(text: Text, where: str = "the array", size: int | None = None,
         if close is not None or end:
             upto = close if close is not None else end
             doc = b"".join((b"[", memoryview(region)[:upto], b"]"))
+            start = text.offset
             text.consume(upto + (close is not None))
-            return parse(doc, text), close is not None, doc
+            return parse(doc, text, start), close is not None, doc
         if text.left() > size:  # no element ends in the region, and more text is read: a larger region
             size *= 4
         elif not text.more():
@@ -308,13 +309,19 @@ def chunks(text: Text, where: str = "the array", size: int | None = None,
         del parsed
 
 
-def parse(doc: bytes, text: Text) -> list:
-    """The elements of one cut (`[` + its text + `]`); a fault is an `InputError` naming its byte."""
+def parse(doc: bytes, text: Text, start: int = 0) -> list:
+    """The elements of one cut (`[` + its text + `]`, which began at byte `start` of the file); a fault
+    is an `InputError` naming its byte."""
     try:
         return loads(doc, exact=False)
     except json.JSONDecodeError as exc:
         raise InputError(text.path, f"byte {text.offset - len(doc) + 2 + max(exc.pos - 1, 0)}", "complete JSON",
                          exc.msg) from exc
+    except UnicodeDecodeError as exc:
+        if not text.utf8:
+            raise InputError(text.path, None, "JSON numbers of a sensible length", files.said(exc)) from exc
+        raise InputError(text.path, f"byte {start + max(exc.start - 1, 0)}", "UTF-8 JSON text",
+                         files.said(exc)) from exc
     except ValueError as exc:
         raise InputError(text.path, None, "JSON numbers of a sensible length", files.said(exc)) from exc
 

@@ -405,6 +405,8 @@ def test_garbage_and_odd_documents(tmp_path: Path, monkeypatch: pytest.MonkeyPat
     b'{"rocprofiler-sdk-tool": [{"\xedetadata": {}, "buffer_records": {}}]}',  # a key
     b'{"rocprofiler-sdk-tool": [{"summary": "\xff", "buffer_records": {}}]}',  # a value skipped
     b'{"rocprofiler-sdk-tool": [{"metadata": {"node": "\xc3("}, "buffer_records": {}}]}',  # a value read whole
+    b'{"rocprofiler-sdk-tool": [{"buffer_records": {"kernel_dispatch": [{"a": 1}, {"b": "\xfe"}, {}]}}]}',  # a chunk
+    b'{"rocprofiler-sdk-tool": [{"buffer_records": {"hip_api": [{"a": "\xfe"}]}}]}',  # its array's last chunk
 ])
 def test_text_that_is_not_utf8(tmp_path: Path, text: bytes) -> None:
     """Where a whole-file parse refuses bytes that are not UTF-8, so does the stream, at the same byte."""
