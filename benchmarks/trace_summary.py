@@ -30,19 +30,24 @@ around the child, peak RSS of the child via `resource.getrusage(RUSAGE_CHILDREN)
    `writers.write_cupti_text` from the same dispatch pattern: `perflib trace summary --json` (the
    chunked lean read) versus the in-memory path it replaced (`read_cupti_text_by_line` + `summarize`,
    one run: it is slow) and versus a bare gunzip of the file.
+6. rocprofv3 JSON (`<prefix>_results.json`, compact as rocprofv3 writes it) of `--rocjson-size`
+   dispatches (default 1M), written by `writers.write_rocprof_json` from the same dispatch pattern:
+   `perflib trace summary --json` (the streamed lean read) versus the in-memory path (`read_trace` +
+   `summarize`: one orjson parse of the whole file, one run) and versus a bare `orjson.loads` of it.
+   Goal: peak RSS that grows with the dispatches, not the file (well under the bare parse's).
 
 perflib's bytecode is compiled before anything is measured (`compileall`), as an installed package has
 it: this editable checkout has none where `PYTHONDONTWRITEBYTECODE` is set, as it is on the development
 machine, and every run would then compile perflib's modules from source (~0.08 s of a trace summary);
 the standard library, pandas and HTA have theirs.
 
-`--quick` runs small sizes (100k, 300k; Kineto and rocpd 300k; HTA 20k; CUPTI 50k; one run each) for
-development. `--only` runs some of the cases (csv, hta, kineto, rocpd, cupti). A size of 0 skips its
+`--quick` runs small sizes (100k, 300k; Kineto and rocpd 300k; HTA 20k; CUPTI 50k; rocprofv3 JSON 100k;
+one run each) for development. `--only` runs some of the cases (csv, hta, kineto, rocpd, cupti, rocjson). A size of 0 skips its
 part: `--only kineto --kineto-sizes 0 --kineto PATH` measures only the real trace (perflib, the bare
 parse and HTA), without generating anything.
 
 Usage: python benchmarks/trace_summary.py [--quick] [--only CASE,...] [--sizes N,N,...] [--hta-rows N]
-       [--kineto PATH ...] [--kineto-sizes N,...] [--rocpd-size N] [--cupti-size N] [--repeat K]
+       [--kineto PATH ...] [--kineto-sizes N,...] [--rocpd-size N] [--cupti-size N] [--rocjson-size N] [--repeat K]
        [--repeat-large K] [--hta-repeat K] [--out results.json] [--workdir DIR]
 """
 
@@ -84,6 +89,7 @@ IN_MEMORY_CUPTI = ("import sys; from perflib.traces.cupti_text import read_cupti
                    "from perflib.attribution import summarize; summarize(read_cupti_text_by_line(sys.argv[1])).to_dict()")
 BARE_GUNZIP = ("import sys, zlib; d = zlib.decompressobj(wbits=47); f = open(sys.argv[1], 'rb')\n"
                "while b := f.read(1 << 22): d.decompress(b)")
+BARE_ORJSON = "import orjson, sys; orjson.loads(open(sys.argv[1], 'rb').read())"
 BARE_KINETO = "import gzip, json, sys; p = sys.argv[1]; f = gzip.open(p) if p.endswith('.gz') else open(p, 'rb'); json.loads(f.read())"
 HTA = (
     "import logging, sys, traceback; logging.disable(logging.WARNING)\n"
@@ -96,7 +102,7 @@ HTA = (
 )
 
 
-CASES = ("csv", "hta", "kineto", "rocpd", "cupti")
+CASES = ("csv", "hta", "kineto", "rocpd", "cupti", "rocjson")
 GIB = 1024.0
 LARGE = 5_000_000
 """From this many dispatches on, a measurement runs `--repeat-large` times (the box is shared)."""
@@ -253,6 +259,31 @@ def write_cupti(frame, path: Path) -> Path:
     return path
 
 
+def _rocjson(frame, work: Path, perflib: list[str], repeat: int, in_memory: bool,
+             table: list[tuple[str, str, dict]]) -> dict:
+    """Case 6: the dispatches as one rocprofv3 JSON file, its summary (the streamed read), the bare parse
+    and the in-memory path; the file is removed after."""
+    from perflib.traces import writers
+
+    n = len(frame)
+    t = time.perf_counter()
+    path = writers.write_rocprof_json(frame, work / f"bench{n}_results.json")
+    mib = path.stat().st_size / 2**20
+    print(f"wrote {n:,} rocprofv3 JSON dispatches ({mib:.0f} MiB) in {time.perf_counter() - t:.0f} s", file=sys.stderr)
+    label = f"rocprofv3 JSON, {n:,} rows, {mib:,.0f} MiB"
+    entry: dict = {"rows": n, "mib": mib,
+                   "summary": measure([*perflib, str(path), "--json"], repeat),
+                   "bare_parse": measure([sys.executable, "-c", BARE_ORJSON, str(path)], repeat)}
+    table += [("perflib trace summary --json", label, entry["summary"]),
+              ("orjson.loads (bare)", label, entry["bare_parse"])]
+    if in_memory:
+        entry["in_memory"] = measure([sys.executable, "-c", IN_MEMORY, str(path)], 1)
+        entry["speedup_over_in_memory"] = entry["in_memory"]["wall_s"] / entry["summary"]["wall_s"]
+        table.append(("in-memory path (read_trace + summarize)", label, entry["in_memory"]))
+    path.unlink()
+    return entry
+
+
 def _names(text: str) -> list[str]:
     return [x.strip() for x in text.split(",") if x.strip()]
 
@@ -268,6 +299,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--bare-kineto-max", type=int, default=1_000_000, help="largest Kineto file the bare parse runs on")
     p.add_argument("--rocpd-size", type=int, help="rocpd dispatches (default 1e7; 0 skips)")
     p.add_argument("--cupti-size", type=float, help="CUPTI text kernels, each with its launch (default 1e6; 0 skips)")
+    p.add_argument("--rocjson-size", type=float, help="rocprofv3 JSON dispatches (default 1e6; 0 skips)")
     p.add_argument("--only", help=f"the cases to run, comma-separated, of {', '.join(CASES)} (default all)")
     p.add_argument("--no-in-memory", action="store_true",
                    help="skip the in-memory paths (read_trace + summarize; CUPTI: read_cupti_text_by_line + summarize)")
@@ -282,6 +314,7 @@ def main(argv: list[str] | None = None) -> int:
     kineto_sizes = _sizes(args.kineto_sizes) if args.kineto_sizes else ([300_000] if q else [1_000_000, 10_000_000])
     rocpd_size = args.rocpd_size if args.rocpd_size is not None else (300_000 if q else 10_000_000)
     cupti_size = int(args.cupti_size) if args.cupti_size is not None else (50_000 if q else 1_000_000)
+    rocjson_size = int(args.rocjson_size) if args.rocjson_size is not None else (100_000 if q else 1_000_000)
     only = set(_names(args.only)) if args.only else set(CASES)
     if not only <= set(CASES):
         p.error(f"--only: unknown case(s) {', '.join(sorted(only - set(CASES)))}; cases are {', '.join(CASES)}")
@@ -289,6 +322,7 @@ def main(argv: list[str] | None = None) -> int:
     kineto_sizes = kineto_sizes if "kineto" in only else []
     rocpd_size = rocpd_size if "rocpd" in only else 0
     cupti_size = cupti_size if "cupti" in only else 0
+    rocjson_size = rocjson_size if "rocjson" in only else 0
     hta_rows = args.hta_rows if args.hta_rows is not None else (20_000 if q else 100_000)
     hta_rows = hta_rows if "hta" in only else 0
     repeat = args.repeat or (1 if q else 3)
@@ -316,7 +350,7 @@ def main(argv: list[str] | None = None) -> int:
     table: list[tuple[str, str, dict]] = []
     frame = None
     try:
-        biggest = max([*sizes, *kineto_sizes, rocpd_size, cupti_size, hta_rows])
+        biggest = max([*sizes, *kineto_sizes, rocpd_size, cupti_size, rocjson_size, hta_rows])
         if biggest:
             frame, info = pattern_dispatches(biggest)
             results["generated"] = info
@@ -434,6 +468,10 @@ def main(argv: list[str] | None = None) -> int:
                 table.append(("in-memory path (read_cupti_text_by_line + summarize)", label, entry["in_memory"]))
             results["cupti"] = entry
             text.unlink()
+
+        if rocjson_size:
+            results["rocjson"] = _rocjson(frame.iloc[:rocjson_size], work, perflib, runs(rocjson_size),
+                                          not args.no_in_memory, table)
     finally:
         if not args.workdir:
             shutil.rmtree(work, ignore_errors=True)
@@ -467,6 +505,13 @@ def main(argv: list[str] | None = None) -> int:
         r = results["rocpd"]
         print(f"rocpd {r['rows']:,}: {r['summary']['wall_s']:.1f} s, peak {r['summary']['max_rss_mib'] / GIB:.2f} GiB "
               "(goal <= 2 GiB)")
+    if "rocjson" in results:
+        r = results["rocjson"]
+        versus = "".join(f", {what} {r[key]['wall_s']:.1f} s, peak {r[key]['max_rss_mib'] / GIB:.2f} GiB"
+                         for key, what in (("in_memory", "in-memory path"), ("bare_parse", "bare orjson.loads"))
+                         if key in r)
+        print(f"rocprofv3 JSON {r['rows']:,} ({r['mib']:,.0f} MiB): {r['summary']['wall_s']:.1f} s, peak "
+              f"{r['summary']['max_rss_mib'] / GIB:.2f} GiB{versus}")
     if "cupti" in results:
         c = results["cupti"]
         versus = (f", {c['speedup_over_in_memory']:.1f}x faster than the in-memory path "

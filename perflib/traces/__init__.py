@@ -7,8 +7,9 @@ one reader that knows its quirks (`perflib.traces.read.READERS`); docs/SCHEMA.md
 - `detect`: the format of a file, from its bytes; `files`: raw bytes, gzip and JSON.
 - readers: `rocprof_csv`, `rocprof_dir`, `rocprof_json`, `rocpd`, `rocprof_legacy`, `kineto`, `nsys`,
   `cupti_text`, `parquet`; shared by some of them: `csvread`, `sqlite`, `rocprof`.
-- `kineto_stream`: a Kineto file read in chunks of whole events into lean tables
-  (`read_trace(path, lean=True)`: only the columns a summary reads, memory bounded by the dispatches).
+- `kineto_stream`, `rocprof_json_stream`: a Kineto or rocprofv3 JSON file read in chunks of whole
+  events or records into lean tables (`read_trace(path, lean=True)`: only the columns a summary reads,
+  memory bounded by the dispatches), both on `json_stream` (a large JSON file walked as a stream).
 - `prefetch`: a large Kineto file streamed into tables by a forked child while pandas imports.
 - `writers`: a dispatch table written out in the profilers' own formats (tests, benchmarks).
 

@@ -190,6 +190,20 @@ def stream_error(path: Path, exc: BaseException) -> InputError:
     return InputError(path, None, "a readable file", said(exc))
 
 
+@contextlib.contextmanager
+def gc_paused() -> Iterator[None]:
+    """The cyclic GC off while the block runs (as it was after): a parse allocates millions of small
+    objects, none cyclic, and each collection would walk them all; pausing it saves a third of the
+    parse time on large traces."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
 def load_json(path: Path, exact: bool = False) -> Any:
     """Parse (gunzipped) JSON; a cut or malformed file is an `InputError` with line and column.
 
@@ -197,23 +211,20 @@ def load_json(path: Path, exact: bool = False) -> Any:
     written (the stdlib parser's `parse_float`; orjson has no such hook); ints are ints either way.
     """
     raw = read_bytes(path)
-    # json.loads allocates millions of small objects, none cyclic: pausing the cyclic GC while it
-    # runs saves a third of the parse time on large traces.
-    enabled = gc.isenabled()
-    gc.disable()
     try:
-        if exact:
-            from decimal import Decimal
+        with gc_paused():
+            if exact:
+                from decimal import Decimal
 
-            return json.loads(raw, parse_float=Decimal)
-        try:
-            import orjson  # 2-3x faster than json on large traces; same values
-        except ImportError:  # pragma: no cover - orjson is a dependency
-            return json.loads(raw)
-        try:
-            return orjson.loads(raw)
-        except orjson.JSONDecodeError:
-            return json.loads(raw)  # the standard parser names the line and column of the fault
+                return json.loads(raw, parse_float=Decimal)
+            try:
+                import orjson  # 2-3x faster than json on large traces; same values
+            except ImportError:  # pragma: no cover - orjson is a dependency
+                return json.loads(raw)
+            try:
+                return orjson.loads(raw)
+            except orjson.JSONDecodeError:
+                return json.loads(raw)  # the standard parser names the line and column of the fault
     except json.JSONDecodeError as exc:
         cut = exc.pos >= len(raw.rstrip()) - 1
         raise InputError(
@@ -228,6 +239,3 @@ def load_json(path: Path, exact: bool = False) -> Any:
         raise InputError(path, None, "JSON numbers of a sensible length", said(exc)) from exc
     except RecursionError as exc:
         raise InputError(path, None, "JSON nested to a sensible depth", "deeper than the parser's limit") from exc
-    finally:
-        if enabled:
-            gc.enable()

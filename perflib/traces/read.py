@@ -20,6 +20,7 @@ from perflib.traces import (
     rocprof_csv,
     rocprof_dir,
     rocprof_json,
+    rocprof_json_stream,
 )
 from perflib.traces.detect import detect_format
 from perflib.traces.trace import Trace
@@ -43,6 +44,7 @@ READERS: dict[str, Callable[[Path], Trace]] = {
 LEAN_READERS: dict[str, Callable[[Path], Trace]] = {
     "rocprofv3-dir": lambda p: rocprof_dir.read_directory(p, lean=True),
     "rocprofv3-csv": lambda p: rocprof_dir.read_csv_trace(p, lean=True),
+    "rocprofv3-json": rocprof_json_stream.read_json_lean,
     "rocpd": lambda p: rocpd.read_rocpd(p, lean=True),
     "nsys-sqlite": lambda p: nsys.read_nsys(p, lean=True),
     "kineto": kineto_stream.read_kineto_lean,

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from perflib.errors import InputError
-from perflib.traces import rocpd, rocprof_csv, rocprof_json, rocprof_legacy, schema
+from perflib.traces import rocpd, rocprof_csv, rocprof_json, rocprof_json_stream, rocprof_legacy, schema
 from perflib.traces.rocprof import ROCPROF_CLOCK, ROCPROF_CLOCK_CANDIDATES
 from perflib.traces.trace import Trace
 
@@ -46,7 +46,7 @@ def trace_of_parts(parts: list[dict[str, Any]], path: Path) -> Trace:
 
 def read_directory(directory: Path, lean: bool = False) -> Trace:
     """Every rocprofv3 trace under `directory`, merged; CSV first, then rocpd, then JSON, then legacy
-    rocprof `results.csv` (`lean`: the CSV, rocpd and legacy dispatches as lean tables)."""
+    rocprof `results.csv` (`lean`: the dispatches as lean tables, the JSON read as a stream)."""
     found = rocprof_csv.find_outputs(directory)
     if found["csv"]:
         parts = [rocprof_csv.read_csv_file(p, lean) for p in found["csv"]]
@@ -57,7 +57,8 @@ def read_directory(directory: Path, lean: bool = False) -> Trace:
         if found["db"]:
             traces = [rocpd.read_rocpd(p, lean) for p in found["db"]]
         else:
-            traces = [rocprof_json.read_json(p) for p in found["json"]]
+            read_json = rocprof_json_stream.read_json_lean if lean else rocprof_json.read_json
+            traces = [read_json(p) for p in found["json"]]
         if len(traces) == 1:
             t = traces[0]
             return Trace(

@@ -446,3 +446,62 @@ def test_mutated_parquet(bases, tmp_path: Path) -> None:
         check(out.getvalue(), src.name, reader, tmp_path)
 
     run()
+
+
+def _outcome(read: Callable[[Path], Any], path: Path) -> Any:
+    try:
+        with time_limit(LIMIT_S):
+            return read(path)
+    except PerflibError as exc:
+        assert "\n" not in str(exc) and str(path) in str(exc)
+        return exc
+
+
+def _non_finite(node: Any) -> bool:
+    """Whether the document holds NaN or an infinity: the whole read then parses all of it with the standard
+    parser (orjson refuses them), the stream only the chunk or value that holds it, so an integer beyond 64
+    bits elsewhere is an int in one and a float in the other."""
+    if isinstance(node, float):
+        return not math.isfinite(node)
+    items = node.values() if isinstance(node, dict) else node if isinstance(node, list) else ()
+    return any(_non_finite(v) for v in items)
+
+
+def test_streamed_rocprof_json_agrees_with_the_whole_read(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Mutated rocprofv3 JSON (kernels, copies, API calls, markers), streamed in chunks of about two records:
+    the same error as the whole read, word for word, or the same tables (the dispatches' lean columns)."""
+    from perflib.traces import rocprof_json_stream
+
+    monkeypatch.setattr(rocprof_json_stream, "PARSE", 300)
+    table = dispatches()
+    kernels = table[table["kind"] == "kernel"]
+    api = pd.DataFrame({"name": "hipLaunchKernel", "start_ns": kernels["start_ns"] - 900,
+                        "end_ns": kernels["start_ns"] - 100, "correlation_id": kernels["correlation_id"]})
+    markers = pd.DataFrame({"name": ["step 0", "mark"], "start_ns": table["start_ns"].iloc[[0, 3]].to_numpy(),
+                            "end_ns": table["end_ns"].iloc[[2, 3]].to_numpy(), "correlation_id": [900, 901]})
+    src = writers.write_rocprof_json(table, tmp_path / "base_results.json", api=api, markers=markers)
+    base = json.loads(src.read_text())
+
+    @FUZZ
+    @given(st.lists(json_edit, min_size=1, max_size=3))
+    def run(edits):
+        doc = mutate_json(copy.deepcopy(base), edits)
+        path = Path(tempfile.mkdtemp(dir=tmp_path)) / "x_results.json"
+        path.write_text(json.dumps(doc, separators=(",", ":")))
+        full, lean = _outcome(read_trace, path), _outcome(lambda p: read_trace(p, lean=True), path)
+        if _non_finite(doc):
+            assert isinstance(full, PerflibError) == isinstance(lean, PerflibError) or isinstance(full, Trace)
+        elif isinstance(full, PerflibError):
+            assert str(lean) == str(full)
+        else:
+            assert isinstance(lean, Trace), str(lean)
+            columns = list(schema.LEAN_DISPATCH_COLUMNS)
+            got, expected = lean.dispatches, full.dispatches[columns]
+            pd.testing.assert_frame_equal(got.assign(kernel=got["kernel"].astype(str)),
+                                          expected.assign(kernel=expected["kernel"].astype(str)))
+            pd.testing.assert_frame_equal(lean.api, full.api)
+            pd.testing.assert_frame_equal(lean.markers, full.markers)
+            assert lean.meta == {**full.meta, "lean": True}
+        shutil.rmtree(path.parent)
+
+    run()
