@@ -49,13 +49,12 @@ _QUOTE, _BACKSLASH = 34, 92
 
 class Text:
     """The gunzipped bytes of a file, read block by block; what is not yet consumed starts at `pos` of
-    `data` (consuming moves `pos`: the buffer is copied only when a block is appended). With `utf8`, a
-    value read whole (`value`, `raw`: keys included) that is not UTF-8 is an `InputError`, as in a
-    whole-file parse; without, its bytes pass as surrogate escapes."""
+    `data` (consuming moves `pos`: the buffer is copied only when a block is appended). Text that is not
+    UTF-8, in a value read whole (`value`, `raw`: keys included) or in a chunk, is an `InputError` naming
+    its byte, as the whole-file parse says it."""
 
-    def __init__(self, fh: files.ReadAhead, path: Path, utf8: bool = False) -> None:
+    def __init__(self, fh: files.ReadAhead, path: Path) -> None:
         self.fh, self.path, self.data, self.pos, self.eof, self.offset = fh, path, b"", 0, False, 0
-        self.utf8 = utf8
 
     def more(self) -> bool:
         """Append the next block; False at the end of the file."""
@@ -130,7 +129,7 @@ class Text:
                 window *= 4  # a number cut by the window's edge: read on
                 continue
             raw = text[:end].encode("utf-8", "surrogateescape")
-            if self.utf8 and not raw.isascii():
+            if not raw.isascii():
                 try:
                     raw.decode("utf-8")
                 except UnicodeDecodeError as exc:
@@ -318,8 +317,6 @@ def parse(doc: bytes, text: Text, start: int = 0) -> list:
         raise InputError(text.path, f"byte {text.offset - len(doc) + 2 + max(exc.pos - 1, 0)}", "complete JSON",
                          exc.msg) from exc
     except UnicodeDecodeError as exc:
-        if not text.utf8:
-            raise InputError(text.path, None, "JSON numbers of a sensible length", files.said(exc)) from exc
         raise InputError(text.path, f"byte {start + max(exc.start - 1, 0)}", "UTF-8 JSON text",
                          files.said(exc)) from exc
     except ValueError as exc:

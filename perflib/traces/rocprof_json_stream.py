@@ -58,7 +58,7 @@ def read_json_lean(path: Path) -> Trace:
     path = Path(path)
     try:
         with files.gc_paused(), files.read_ahead(path, BLOCK) as blocks:  # the GC: acyclic objects, dropped
-            procs = _read(Text(blocks, path, utf8=True), path)
+            procs = _read(Text(blocks, path), path)
     except RecursionError as exc:
         raise InputError(path, None, "JSON nested to a sensible depth", "deeper than the parser's limit") from exc
     except UnicodeDecodeError as exc:

@@ -202,6 +202,26 @@ def test_lean_kineto_errors_name_the_fault(tmp_path: Path, text: str, where: str
         kineto_stream.read_kineto_lean(path)
 
 
+@pytest.mark.parametrize("where", ["name", "key"])
+def test_lean_kineto_text_that_is_not_utf8_is_the_full_reads_error(tmp_path: Path, where: str) -> None:
+    """Bad UTF-8 in an event (parsed in a chunk) or in a top-level key (read whole): both reads refuse it
+    as "UTF-8 JSON text" at the same byte of the file (the stream once passed a bad key and called a bad
+    name "JSON numbers of a sensible length")."""
+    events = [{"ph": "X", "cat": "kernel", "name": "k\u00e9", "ts": i, "dur": 1, "pid": 0, "tid": 7,
+               "args": {"correlation": i}} for i in range(1, 4)]
+    raw = json.dumps({"traceEvents": events, "displayTimeUnit": "ms"}, ensure_ascii=False).encode()
+    bad = raw.replace("\u00e9".encode(), b"\xff", 1) if where == "name" else raw.replace(b"displayTime", b"display\xffTime")
+    path = tmp_path / "bad.json"
+    path.write_bytes(bad)
+    with pytest.raises(InputError) as full:
+        read_trace(path)
+    with pytest.raises(InputError) as lean:
+        kineto_stream.read_kineto_lean(path)
+    at = "byte {}".format(bad.index(b"\xff"))
+    for exc in (full.value, lean.value):
+        assert exc.where == at and "UTF-8 JSON text" in str(exc)
+
+
 def test_real_nsys_same_summary() -> None:
     for path in fixture_paths("external/nsys/*.sqlite"):
         assert_same_summary(path)
