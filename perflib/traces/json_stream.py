@@ -308,14 +308,13 @@ def chunks(text: Text, where: str = "the array", size: int | None = None,
         del parsed
 
 
-def parse(doc: bytes, text: Text, start: int = 0) -> list:
-    """The elements of one cut (`[` + its text + `]`, which began at byte `start` of the file); a fault
-    is an `InputError` naming its byte."""
+def parse(doc: bytes, text: Text, start: int) -> list:
+    """The elements of one cut (`[` + its text + `]`, its text from byte `start` of the file); a fault
+    is an `InputError` naming its byte of the file."""
     try:
         return loads(doc, exact=False)
     except json.JSONDecodeError as exc:
-        raise InputError(text.path, f"byte {text.offset - len(doc) + 2 + max(exc.pos - 1, 0)}", "complete JSON",
-                         exc.msg) from exc
+        raise InputError(text.path, f"byte {start + max(exc.pos - 1, 0)}", "complete JSON", exc.msg) from exc
     except UnicodeDecodeError as exc:
         raise InputError(text.path, f"byte {start + max(exc.start - 1, 0)}", "UTF-8 JSON text",
                          files.said(exc)) from exc

@@ -222,6 +222,22 @@ def test_lean_kineto_text_that_is_not_utf8_is_the_full_reads_error(tmp_path: Pat
         assert exc.where == at and "UTF-8 JSON text" in str(exc)
 
 
+@pytest.mark.parametrize("closed", [True, False])
+def test_lean_kineto_syntax_error_names_the_byte_the_standard_parser_names(tmp_path: Path, closed: bool) -> None:
+    """A fault in compact events is found by the scan's cut; its byte is the standard parser's, also
+    where the cut closes the array (it was one too high there)."""
+    event = '{"ph":"X","cat":"kernel","name":"k","ts":1,"dur":1,"args":{"a":1},"pid":0}'
+    bad = event.replace(',"pid":0', ',"pid":0 "tid":1')
+    text = '{"traceEvents":[' + ",".join([event, bad] + ([] if closed else [event] * 5000)) + "]}"
+    path = tmp_path / "bad.json"
+    path.write_text(text)
+    with pytest.raises(json.JSONDecodeError) as parser:
+        json.loads(text)
+    with pytest.raises(InputError) as lean:
+        kineto_stream.read_kineto_lean(path)
+    assert lean.value.where == f"byte {parser.value.pos}"
+
+
 def test_real_nsys_same_summary() -> None:
     for path in fixture_paths("external/nsys/*.sqlite"):
         assert_same_summary(path)
