@@ -7,7 +7,7 @@ parses one value whole (the standard parser's `raw_decode`); `next_chunk` gives 
 elements of an array in about `PARSE` bytes, parsed at once with orjson; `skip` passes over a value
 the reader does not need, checking it as JSON but building at most one chunk of it at a time;
 `chunks` gives an array's elements chunk by chunk.
-`Names` and `Table` collect what chunks reduce to: name codes and numpy columns.
+`Table` collects the numpy columns chunks reduce to (their names: `codebook.Names`).
 
 Cutting: JSON text cannot hold `[`+P+`]` as a valid array unless P is whole elements, so a cut at
 a `},` (or at a reader's own `marks`) is tried by parsing what lies before it (in a file written one element per line the last
@@ -335,20 +335,3 @@ class Table:
     def column(self, key: str, dtype: Any) -> np.ndarray:
         got = self.parts.get(key)
         return np.concatenate(got) if got else np.zeros(0, dtype=dtype)
-
-
-class Names:
-    """A running dictionary: text -> int32 code in first-seen order (names kept once, not per row)."""
-
-    def __init__(self) -> None:
-        self.codes: dict[str, int] = {}
-
-    def encode(self, values: list[str]) -> np.ndarray:
-        codes = self.codes
-        for v in dict.fromkeys(values):  # the distinct ones, in first-seen order: few
-            codes.setdefault(v, len(codes))
-        return np.fromiter(map(codes.__getitem__, values), dtype=np.int32, count=len(values))
-
-    @property
-    def names(self) -> list[str]:
-        return list(self.codes)

@@ -26,7 +26,8 @@ import numpy as np
 
 from perflib.errors import InputError
 from perflib.traces import files, json_stream, kineto
-from perflib.traces.json_stream import Names, Table, Text
+from perflib.traces.codebook import Names
+from perflib.traces.json_stream import Table, Text
 from perflib.traces.trace import Trace
 
 if TYPE_CHECKING:

@@ -31,6 +31,7 @@ import numpy as np
 
 from perflib.errors import InputError
 from perflib.traces import schema
+from perflib.traces.codebook import Names
 from perflib.traces.files import said
 from perflib.traces.sqlite import ERRORS, columns, fetch, objects, reading
 from perflib.traces.trace import Trace
@@ -120,7 +121,7 @@ def _lean_frame(con: sqlite3.Connection, path: Path, sql: str, table: str, kind:
     """Rows `(start, end, deviceId, streamId, correlationId, name, ...)` of one activity table as a lean
     dispatch table (`schema.LEAN_DISPATCH_COLUMNS`), fetched `LEAN_CHUNK` rows at a time, checked as
     `_activity_frame` checks them. `name(row)` gives a row's name where column 5 is not it."""
-    running: dict[str, int] = {}
+    names = Names()
     codes, starts, ends, corrs = [], [], [], []
     done = 0
     try:
@@ -131,8 +132,7 @@ def _lean_frame(con: sqlite3.Connection, path: Path, sql: str, table: str, kind:
             ends.append(e)
             corrs.append(_ints([r[4] for r in rows]))
             texts = (("" if r[5] is None else str(r[5])) for r in rows) if name is None else map(name, rows)
-            codes.append(np.fromiter((running.setdefault(t, len(running)) for t in texts), dtype=np.int32,
-                                     count=len(rows)))
+            codes.append(names.encode(list(texts)))
             done += len(rows)
     except ERRORS as exc:
         raise InputError(path, f"table {table}", "a table as in an nsys SQLite export (FORMATS.md §2.1)",
@@ -141,7 +141,7 @@ def _lean_frame(con: sqlite3.Connection, path: Path, sql: str, table: str, kind:
     def joined(parts: list[np.ndarray], dtype: Any) -> np.ndarray:
         return np.concatenate(parts) if parts else np.zeros(0, dtype=dtype)
 
-    return schema.lean_dispatch_frame(joined(codes, np.int32), list(running), joined(starts, np.int64),
+    return schema.lean_dispatch_frame(joined(codes, np.int32), names.names, joined(starts, np.int64),
                                       joined(ends, np.int64), joined(corrs, np.int64), kind, SOURCE, path,
                                       lambda i: f"table {table}, row {i + 1}")
 

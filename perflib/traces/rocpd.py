@@ -16,6 +16,7 @@ import numpy as np
 
 from perflib.errors import InputError
 from perflib.traces import schema
+from perflib.traces.codebook import Names
 from perflib.traces.files import said
 from perflib.traces.rocprof import ROCPROF_CLOCK, ROCPROF_CLOCK_CANDIDATES
 from perflib.traces.sqlite import ERRORS, columns, fetch, objects, reading
@@ -128,7 +129,7 @@ def _lean(con: sqlite3.Connection, path: Path, view: str, wanted: dict[str, tupl
         exprs.append(f"`{col}`" if col else "NULL")
         if col is None and out != "correlation_id":
             raise InputError(path, f"view {view}", f"a column {' or '.join(wanted[out])}", ", ".join(cols))
-    running: dict[str, int] = {}
+    names = Names()
     parts: dict[str, list[np.ndarray]] = {k: [] for k in keys}
     done = 0
     try:
@@ -137,9 +138,7 @@ def _lean(con: sqlite3.Connection, path: Path, view: str, wanted: dict[str, tupl
             name, start, end, corr = zip(*rows, strict=True)
             if set(map(type, name)) != {str}:
                 name = tuple("" if v is None else str(v) for v in name)
-            for v in dict.fromkeys(name):  # the distinct names, first seen first: few
-                running.setdefault(v, len(running))
-            parts["name"].append(np.fromiter(map(running.__getitem__, name), dtype=np.int32, count=len(rows)))
+            parts["name"].append(names.encode(name))
             parts["start_ns"].append(_fast_ints(start, path, view, "start", True, done))
             parts["end_ns"].append(_fast_ints(end, path, view, "end", True, done))
             parts["correlation_id"].append(_fast_ints(corr, path, view, "corr_id", False, done))
@@ -151,7 +150,7 @@ def _lean(con: sqlite3.Connection, path: Path, view: str, wanted: dict[str, tupl
         return np.concatenate(parts[key]) if parts[key] else np.zeros(0, dtype=dtype)
 
     return schema.lean_dispatch_frame(
-        joined("name", np.int32), list(running), joined("start_ns", np.int64), joined("end_ns", np.int64),
+        joined("name", np.int32), names.names, joined("start_ns", np.int64), joined("end_ns", np.int64),
         joined("correlation_id", np.int64), kind, SOURCE, path, lambda i: f"view {view}, row {i + 1}")
 
 
@@ -190,7 +189,7 @@ def _regions(con: sqlite3.Connection, path: Path) -> tuple[pd.DataFrame, pd.Data
         exprs.append(f"`{col}`" if col else "NULL")
         if col is None and out in ("start_ns", "end_ns", "name"):
             raise InputError(path, "view regions", f"a column {' or '.join(choices)}", ", ".join(cols))
-    texts: dict[str, dict[str, int]] = {"name": {}, "domain": {}}
+    texts = {"name": Names(), "domain": Names()}
     parts: dict[str, list[np.ndarray]] = {k: [] for k in keys}
     faults: dict[str, InputError] = {}
     done = 0
@@ -224,21 +223,17 @@ def _regions(con: sqlite3.Connection, path: Path) -> tuple[pd.DataFrame, pd.Data
 
     table: dict[str, Any] = {k: joined(k) for k in keys}
     for key in texts:
-        table[key] = np.asarray(list(texts[key]), dtype=object)[table[key]]
-    marker_domain = np.array([d.upper().startswith("MARKER") for d in texts["domain"]], dtype=bool)
+        table[key] = np.asarray(texts[key].names, dtype=object)[table[key]]
+    marker_domain = np.array([d.upper().startswith("MARKER") for d in texts["domain"].names], dtype=bool)
     is_marker = marker_domain[joined("domain")] if marker_domain.size else np.zeros(done, dtype=bool)
     label = lambda i: f"view regions, row {i + 1}"  # noqa: E731
     return (schema.api_frame({k: v[~is_marker] for k, v in table.items()}, SOURCE, path, label),
             schema.marker_frame({k: v[is_marker] for k, v in table.items()}, SOURCE, path, label))
 
 
-def _codes(values: tuple, codes: dict[str, int]) -> np.ndarray:
+def _codes(values: tuple, names: Names) -> np.ndarray:
     """Codes of the values as `_names` gives their text (a NULL is empty), in a running dictionary."""
-    if set(map(type, values)) != {str}:
-        values = tuple(_names(list(values)))
-    for v in dict.fromkeys(values):  # the distinct ones, first seen first: few
-        codes.setdefault(v, len(codes))
-    return np.fromiter(map(codes.__getitem__, values), dtype=np.int64, count=len(values))
+    return names.encode(values if set(map(type, values)) == {str} else tuple(_names(list(values))))
 
 
 def _metadata(con: sqlite3.Connection, path: Path) -> dict[str, Any]:

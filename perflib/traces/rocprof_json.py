@@ -18,6 +18,7 @@ import numpy as np
 
 from perflib.errors import InputError
 from perflib.traces import json_stream, schema
+from perflib.traces.codebook import Names
 from perflib.traces.files import gc_paused, load_json
 from perflib.traces.rocprof import ROCPROF_CLOCK, ROCPROF_CLOCK_CANDIDATES
 from perflib.traces.trace import Trace
@@ -387,7 +388,7 @@ def _merged(procs: list[dict[str, Any]], key: str) -> dict[str, Any]:
 
 def _lean_dispatches(procs: list[dict[str, Any]], path: Path) -> Any:
     """Kernels, then copies, of every process as one lean dispatch table (names as codes)."""
-    names = json_stream.Names()
+    names = Names()
     parts = [(p[key], kind) for key, kind in (("kernels", "kernel"), ("copies", "memcpy")) for p in procs]
 
     def joined(arrays: list[np.ndarray], dtype: Any) -> np.ndarray:
