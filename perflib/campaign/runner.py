@@ -22,6 +22,7 @@ from typing import Any
 from perflib import load, rundir
 from perflib.campaign import claims, kernels
 from perflib.campaign.guard import GpuGuard
+from perflib.campaign.interrupts import CtrlC
 from perflib.campaign.notebooks import (
     NOTEBOOKS,
     execute_notebook,
@@ -106,26 +107,28 @@ def run_campaign(campaign: Campaign, data_dir: Path | None = None, reports_dir: 
             if error:
                 state.failed.append((run.label, error))
     gpu = GpuGuard(idle_s=guard_idle_s, log=log) if guard else None
-    how = _How(kernel, notebooks, gpu, max_attempts, contention_threshold)
+    ctrl_c = CtrlC()
+    how = _How(kernel, notebooks, gpu, max_attempts, contention_threshold, ctrl_c)
     try:
-        for (arm_name, backend_name), group in groups.items():
-            arm, backend = campaign.arm(arm_name), campaign.backend(backend_name)
-            ready = prepared.get((arm_name, backend_name))
-            if isinstance(ready, str):  # the build or the model failed: every run of the group says why
-                for run in group:
-                    state.fail(run, data, f"server for {arm_name}/{backend_name} could not be prepared: {ready}")
-                continue
-            with claims.claim(rundir.backend_dir(data, campaign.name, arm_name, backend_name)) as held:
-                if isinstance(held, str):
-                    log(f"{arm_name}/{backend_name}: claimed by another runner ({held}); skipped")
-                    state.claimed.append((f"{arm_name}/{backend_name}", held))
-                    state.bar.update(len(group))
+        with ctrl_c:  # a Ctrl-C is acted on between runs even where it was swallowed below (`interrupts`)
+            for (arm_name, backend_name), group in groups.items():
+                arm, backend = campaign.arm(arm_name), campaign.backend(backend_name)
+                ready = prepared.get((arm_name, backend_name))
+                if isinstance(ready, str):  # the build or the model failed: every run of the group says why
+                    for run in group:
+                        state.fail(run, data, f"server for {arm_name}/{backend_name} could not be prepared: {ready}")
                     continue
-                fresh = [r for r in group if not rundir.is_complete(r.run_dir(data))]  # another runner's meanwhile
-                skipped += [r.label for r in group if r not in fresh]
-                state.bar.update(len(group) - len(fresh))
-                if fresh:
-                    _serve_group(campaign, arm, backend, fresh, data, how, state, ready, held, log)
+                with claims.claim(rundir.backend_dir(data, campaign.name, arm_name, backend_name)) as held:
+                    if isinstance(held, str):
+                        log(f"{arm_name}/{backend_name}: claimed by another runner ({held}); skipped")
+                        state.claimed.append((f"{arm_name}/{backend_name}", held))
+                        state.bar.update(len(group))
+                        continue
+                    fresh = [r for r in group if not rundir.is_complete(r.run_dir(data))]  # another runner's meanwhile
+                    skipped += [r.label for r in group if r not in fresh]
+                    state.bar.update(len(group) - len(fresh))
+                    if fresh:
+                        _serve_group(campaign, arm, backend, fresh, data, how, state, ready, held, log)
     finally:
         state.bar.close()
     if write_page:
@@ -176,6 +179,7 @@ class _How:
     gpu: GpuGuard | None
     max_attempts: int
     contention_threshold: float | None
+    ctrl_c: CtrlC
 
 
 def _serve_group(campaign: Campaign, arm: ArmSpec, backend: BackendSpec, group: list[RunSpec], data: Path,
@@ -220,7 +224,9 @@ def _measure_group(campaign: Campaign, arm: ArmSpec, backend: BackendSpec, group
             if how.gpu is not None and served.current and served.current.handle:
                 how.gpu.own_roots.add(served.current.handle.process.pid)
             state.bar.set_postfix_str(run.label)
+            how.ctrl_c.check()
             error = _measure(campaign, run, data, served, how, state.contended)
+            how.ctrl_c.check()  # a Ctrl-C during the run that was swallowed below: the run is kept incomplete
             died = served.died()
             if died and (error or not rundir.is_complete(run.run_dir(data))):
                 rundir.mark_incomplete(run.run_dir(data), run.manifest_keys(), f"during this run the {died}")
