@@ -21,6 +21,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
+
 from perflib import attribution, rundir
 from perflib.errors import PerflibError
 from perflib.traces.parquet import write_trace_parquet
@@ -75,11 +77,22 @@ def existing_dispatches(path: Path) -> int | None:
         return None
 
 
+LEAN_READ_META = ("lean", "api")
+"""Meta keys that a lean read adds about how it read (`read_trace(lean=True)`), not about the file: left
+out of a cut, so that a cut from the lean read is the cut from the full read."""
+
+
 def _write_atomic(trace: Any, inside: Any, target: Path, start: int, end: int) -> Path:
     """Write the cut through `rundir.atomic_target`: a failure at any point leaves `target` as it
-    was and no temporary file behind."""
+    was and no temporary file behind. Names read as a categorical (the lean read) are written as text,
+    as the full read's are."""
+    meta = trace.meta
+    if meta.get("lean"):
+        meta = {k: v for k, v in meta.items() if k not in LEAN_READ_META}
+    if isinstance(inside["kernel"].dtype, pd.CategoricalDtype):
+        inside = inside.assign(kernel=inside["kernel"].astype("str"))
     with rundir.atomic_target(target) as tmp:
-        write_trace_parquet(replace(trace, dispatches=inside), tmp, start, end)
+        write_trace_parquet(replace(trace, dispatches=inside, meta=meta), tmp, start, end)
     return target
 
 

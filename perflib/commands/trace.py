@@ -197,13 +197,14 @@ def run_summary(args: argparse.Namespace) -> int:
 
 
 def run_cut(args: argparse.Namespace) -> int:
-    """Read the trace once, cut every run folder's level window, print what each got."""
+    """Read the trace once (lean, with its ids: every dispatch column, memory bounded by the dispatches,
+    not by the file), cut every run folder's level window, print what each got."""
     import json
 
     from perflib.cut import cut_into_runs
     from perflib.traces import read_trace
 
-    trace = read_trace(args.path)
+    trace = read_trace(args.path, lean=True, ids=True)
     cuts = cut_into_runs(trace, args.runs_dir, margin_ns=int(args.margin_ms * 1e6), repeats=args.repeats,
                          replace=args.replace)
     if args.json:

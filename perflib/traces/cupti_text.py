@@ -353,9 +353,9 @@ class _Table:
 class _Reader:
     """The records of a capture, chunk by chunk, as columns; what `_parse` counts on the way."""
 
-    def __init__(self, path: Path, lean: bool) -> None:
-        self.path, self.lean = path, lean
-        self.gpu = _Table(("start", "end", "correlation_id") + (() if lean else ("device", "stream")))
+    def __init__(self, path: Path, lean: bool, ids: bool = False) -> None:
+        self.path, self.lean, self.ids = path, lean, ids
+        self.gpu = _Table(("start", "end", "correlation_id") + (() if lean and not ids else ("device", "stream")))
         self.api = _Table(_API_FIELDS)
         self.lines_before = 0
         self.overhead = self.malformed = self.graph_launched = 0
@@ -518,7 +518,8 @@ class _Reader:
         if self.lean:
             dispatches = schema.lean_dispatch_frame(
                 codes, names, self.gpu.column("start"), self.gpu.column("end"), self.gpu.column("correlation_id"),
-                kinds, SOURCE, path)
+                kinds, SOURCE, path,
+                ids={"device": self.gpu.column("device"), "stream": self.gpu.column("stream")} if self.ids else None)
             api = _lean_api(self.api)
         else:
             dispatches = schema.dispatch_frame({
@@ -565,13 +566,13 @@ def _lean_api(table: _Table) -> pd.DataFrame:
     return frame
 
 
-def read_cupti_text(path: Path, lean: bool = False) -> Trace:
+def read_cupti_text(path: Path, lean: bool = False, ids: bool = False) -> Trace:
     """A `cupti_trace_injection` stdout capture (`.txt`, `.log`, `.gz`) -> Trace, read in chunks.
 
     `lean`: the dispatches as `schema.LEAN_DISPATCH_COLUMNS` (names as a categorical, no device or
-    stream) and the API names and domains as categoricals, what `trace summary` reads."""
+    stream; `ids`: with them) and the API names and domains as categoricals, what `trace summary` reads."""
     path = Path(path)
-    reader = _Reader(path, lean)
+    reader = _Reader(path, lean, ids)
     with files.read_ahead(path, BLOCK) as blocks:
         for data, final in _chunks(blocks, path):
             reader.add(data, final)

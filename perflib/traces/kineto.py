@@ -238,10 +238,10 @@ _NO_ARGS: dict = {}
 _WANTED = frozenset((*GPU_KINDS, *API_CATS, *MARKER_CATS))
 
 
-def extract_lean(events: list) -> dict[str, Any] | None:
+def extract_lean(events: list, ids: bool = False) -> dict[str, Any] | None:
     """`extract` of well-formed events at C speed (`map` over `dict.get`), without the columns a lean
-    table leaves out (device, stream); None where an event or its args is not an object, or a `cat` is
-    unhashable: then `extract` does it and names the fault."""
+    table leaves out (device, stream; `ids`: with them); None where an event or its args is not an
+    object, or a `cat` is unhashable: then `extract` does it and names the fault."""
     from itertools import compress, repeat
 
     get = dict.get
@@ -278,6 +278,10 @@ def extract_lean(events: list) -> dict[str, Any] | None:
             if host:
                 cols["pid"] = list(map(get, evs, repeat("pid", k)))
                 cols["tid"] = list(map(get, evs, repeat("tid", k)))
+            elif ids:  # as `extract`: args.device, else pid; args.stream where an int, else tid
+                cols["device"] = list(map(get, args, repeat("device", k), map(get, evs, repeat("pid", k))))
+                cols["stream"] = [s if type(s) is int else t for s, t in
+                                  zip(map(get, args, repeat("stream", k)), map(get, evs, repeat("tid", k)), strict=True)]
             return cols
 
         return {"gpu": columns(tuple(GPU_KINDS), False), "api": columns(API_CATS, True),

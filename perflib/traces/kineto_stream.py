@@ -48,10 +48,11 @@ def _split(cols: dict[str, list], cats: tuple[str, ...]) -> list[tuple[str, slic
     return out
 
 
-def read_kineto_lean(path: Path) -> Trace:
-    """A Kineto trace (`.json` / `.json.gz`) -> Trace with a lean dispatch table, read as a stream."""
+def read_kineto_lean(path: Path, ids: bool = False) -> Trace:
+    """A Kineto trace (`.json` / `.json.gz`) -> Trace with a lean dispatch table, read as a stream
+    (`ids`: with device and stream, as `kineto.read_kineto` reads them)."""
     path = Path(path)
-    return trace_of_tables(path, read_tables(path))
+    return trace_of_tables(path, read_tables(path, ids))
 
 
 @dataclass
@@ -68,6 +69,7 @@ class Tables:
     api: dict[str, Table]
     markers: dict[str, dict[str, list]]
     exact: bool
+    ids: bool = False
 
     def compact(self) -> None:
         """Each column of each table as one array (fewer, larger objects to pickle)."""
@@ -75,20 +77,20 @@ class Tables:
             table.parts = {k: [np.concatenate(v)] for k, v in table.parts.items() if v}
 
 
-def read_tables(path: Path) -> Tables:
+def read_tables(path: Path, ids: bool = False) -> Tables:
     """The streamed read of a Kineto file up to the tables (`Tables`): numpy, no pandas, so that a
-    forked child can do it while its parent imports pandas."""
+    forked child can do it while its parent imports pandas. `ids`: the dispatches' device and stream too."""
     path = Path(path)
     with files.read_ahead(path, BLOCK) as blocks:
-        return _read(Text(blocks, path), path)
+        return _read(Text(blocks, path), path, ids)
 
 
 def trace_of_tables(path: Path, t: Tables) -> Trace:
     """The lean Trace of a streamed read's `Tables`."""
-    return _trace(Path(path), t.top, t.names, t.api_names, t.domains, t.gpu, t.api, t.markers, t.exact)
+    return _trace(Path(path), t.top, t.names, t.api_names, t.domains, t.gpu, t.api, t.markers, t.exact, t.ids)
 
 
-def _read(text: Text, path: Path) -> Tables:
+def _read(text: Text, path: Path, ids: bool) -> Tables:
     names, api_names, domains = Names(), Names(), Names()
     gpu = {c: Table() for c in kineto.GPU_KINDS}
     api = {c: Table() for c in kineto.API_CATS}
@@ -106,25 +108,25 @@ def _read(text: Text, path: Path) -> Tables:
                     events, closed, chunk = json_stream.next_chunk(text, "traceEvents")
                     if events:
                         exact_any |= _reduce(events, chunk, seen, path, names, api_names, domains,
-                                             gpu, api, markers)
+                                             gpu, api, markers, ids)
                         seen += len(events)
                     del events, chunk
             else:
                 top[key] = text.value()
     if not events_found:
         raise InputError(path, "top level", 'a Kineto object with a "traceEvents" list')
-    return Tables(top, names, api_names, domains, gpu, api, markers, exact_any)
+    return Tables(top, names, api_names, domains, gpu, api, markers, exact_any, ids)
 
 
-def _extract(events: list, path: Path, exact: bool) -> dict[str, Any]:
-    return kineto.extract_lean(events) or kineto.extract({"traceEvents": events}, path, exact=exact)
+def _extract(events: list, path: Path, exact: bool, ids: bool) -> dict[str, Any]:
+    return kineto.extract_lean(events, ids) or kineto.extract({"traceEvents": events}, path, exact=exact)
 
 
 def _reduce(events: list, chunk: bytes, seen: int, path: Path, names: Names, api_names: Names, domains: Names,
-            gpu: dict[str, Table], api: dict[str, Table], markers: dict[str, dict[str, list]]) -> bool:
+            gpu: dict[str, Table], api: dict[str, Table], markers: dict[str, dict[str, list]], ids: bool) -> bool:
     """One chunk's events into the tables; True where it needed decimal text (parsed again exactly)."""
     exact = False
-    cols = _extract(events, path, False)
+    cols = _extract(events, path, False, ids)
     for table in ("gpu", "api", "markers"):
         cols[table]["index"] = [i + seen for i in cols[table]["index"]]
     try:
@@ -132,25 +134,29 @@ def _reduce(events: list, chunk: bytes, seen: int, path: Path, names: Names, api
         kineto._times(cols["markers"], path)
     except kineto._NeedsText:
         exact = True
-        cols = _extract(json_stream.loads(chunk, exact=True), path, True)
+        cols = _extract(json_stream.loads(chunk, exact=True), path, True, ids)
         for table in ("gpu", "api", "markers"):
             cols[table]["index"] = [i + seen for i in cols[table]["index"]]
         times = {t: kineto._times(cols[t], path) for t in ("gpu", "api")}
-    _add(cols, times, names, api_names, domains, gpu, api, markers)
+    _add(cols, times, names, api_names, domains, gpu, api, markers, ids)
     return exact
 
 
 def _add(cols: dict[str, Any], times: dict[str, tuple[np.ndarray, np.ndarray]], names: Names, api_names: Names,
-         domains: Names, gpu: dict[str, Table], api: dict[str, Table], markers: dict[str, dict[str, list]]) -> None:
-    """One chunk's columns (`kineto.extract_lean`) and their times into the tables."""
+         domains: Names, gpu: dict[str, Table], api: dict[str, Table], markers: dict[str, dict[str, list]],
+         ids: bool) -> None:
+    """One chunk's columns (`kineto.extract_lean`) and their times into the tables (`ids`: the
+    dispatches' device and stream too)."""
     g = cols["gpu"]
     start, end = times["gpu"]
     code = names.encode(g["name"])
     corr = kineto._ints(g["correlation_id"])
     index = np.asarray(g["index"], dtype=np.int64)
+    more = {"device": kineto._ints(g["device"]), "stream": kineto._ints(g["stream"])} if ids else {}
     for cat, rows in _split(g, tuple(kineto.GPU_KINDS)):
         if rows.stop > rows.start:
-            gpu[cat].add(code=code[rows], start=start[rows], end=end[rows], corr=corr[rows], index=index[rows])
+            gpu[cat].add(code=code[rows], start=start[rows], end=end[rows], corr=corr[rows], index=index[rows],
+                         **{k: v[rows] for k, v in more.items()})
     a = cols["api"]
     if len(a["index"]):
         start, end = times["api"]
@@ -168,8 +174,10 @@ def _add(cols: dict[str, Any], times: dict[str, tuple[np.ndarray, np.ndarray]], 
 
 
 def _trace(path: Path, top: dict[str, Any], names: Names, api_names: Names, domains: Names,
-           gpu: dict[str, Table], api: dict[str, Table], markers: dict[str, dict[str, list]], exact: bool) -> Trace:
-    """The tables, shifted by `baseTimeNanoseconds`, as `kineto.build` makes them."""
+           gpu: dict[str, Table], api: dict[str, Table], markers: dict[str, dict[str, list]], exact: bool,
+           ids: bool = False) -> Trace:
+    """The tables, shifted by `baseTimeNanoseconds`, as `kineto.build` makes them (`ids`: the
+    dispatches with device, queue and stream)."""
     from perflib.traces import schema  # pandas: not in the prefetch child, which stops at the Tables
     top = {k: top.get(k) for k in kineto.TOP_FIELDS}
     base_ns = kineto._base_ns(top, path)
@@ -191,7 +199,8 @@ def _trace(path: Path, top: dict[str, Any], names: Names, api_names: Names, doma
     index = joined(gpu, "index", np.int64)
     dispatches = schema.lean_dispatch_frame(
         joined(gpu, "code", np.int32), names.names, start, end, joined(gpu, "corr", np.int64), kind,
-        kineto.SOURCE, path, lambda k: f"traceEvents[{index[k]}]")
+        kineto.SOURCE, path, lambda k: f"traceEvents[{index[k]}]",
+        ids={"device": joined(gpu, "device", np.int64), "stream": joined(gpu, "stream", np.int64)} if ids else None)
     api_frame = _api_frame(api, api_names, domains, shift, path, shifted)
 
     def marker_table() -> dict[str, Any]:

@@ -117,12 +117,13 @@ LEAN_CHUNK = 1 << 16
 
 
 def _lean_frame(con: sqlite3.Connection, path: Path, sql: str, table: str, kind: str,
-                name: Any = None) -> pd.DataFrame:
+                name: Any = None, ids: bool = False) -> pd.DataFrame:
     """Rows `(start, end, deviceId, streamId, correlationId, name, ...)` of one activity table as a lean
-    dispatch table (`schema.LEAN_DISPATCH_COLUMNS`), fetched `LEAN_CHUNK` rows at a time, checked as
-    `_activity_frame` checks them. `name(row)` gives a row's name where column 5 is not it."""
+    dispatch table (`schema.LEAN_DISPATCH_COLUMNS`; `ids`: with device and stream), fetched `LEAN_CHUNK`
+    rows at a time, checked as `_activity_frame` checks them. `name(row)` gives a row's name where
+    column 5 is not it."""
     names = Names()
-    codes, starts, ends, corrs = [], [], [], []
+    codes, starts, ends, corrs, devices, streams = [], [], [], [], [], []
     done = 0
     try:
         cursor = con.execute(sql)
@@ -131,6 +132,9 @@ def _lean_frame(con: sqlite3.Connection, path: Path, sql: str, table: str, kind:
             starts.append(s)
             ends.append(e)
             corrs.append(_ints([r[4] for r in rows]))
+            if ids:
+                devices.append(_ints([r[2] for r in rows]))
+                streams.append(_ints([r[3] for r in rows]))
             texts = (("" if r[5] is None else str(r[5])) for r in rows) if name is None else map(name, rows)
             codes.append(names.encode(list(texts)))
             done += len(rows)
@@ -141,9 +145,10 @@ def _lean_frame(con: sqlite3.Connection, path: Path, sql: str, table: str, kind:
     def joined(parts: list[np.ndarray], dtype: Any) -> np.ndarray:
         return np.concatenate(parts) if parts else np.zeros(0, dtype=dtype)
 
+    id_cols = {"device": joined(devices, np.int64), "stream": joined(streams, np.int64)} if ids else None
     return schema.lean_dispatch_frame(joined(codes, np.int32), names.names, joined(starts, np.int64),
                                       joined(ends, np.int64), joined(corrs, np.int64), kind, SOURCE, path,
-                                      lambda i: f"table {table}, row {i + 1}")
+                                      lambda i: f"table {table}, row {i + 1}", ids=id_cols)
 
 
 def _times_at(rows: list[tuple], path: Path, table: str, offset: int) -> tuple[np.ndarray, np.ndarray]:
@@ -162,7 +167,7 @@ RUNTIME = "CUPTI_ACTIVITY_KIND_RUNTIME"
 
 
 def _kernels(con: sqlite3.Connection, path: Path, names: set[str],
-             lean: bool = False) -> tuple[pd.DataFrame | None, str | None]:
+             lean: bool = False, ids: bool = False) -> tuple[pd.DataFrame | None, str | None]:
     """Kernels, named through `StringIds` (demangledName, else shortName; a very old export has text)."""
     if KERNELS not in names:
         return None, None
@@ -175,12 +180,13 @@ def _kernels(con: sqlite3.Connection, path: Path, names: set[str],
     join = f"LEFT JOIN StringIds s ON s.id = k.{name_col}" if strings else ""
     sql = f"SELECT k.start, k.end, k.deviceId, k.streamId, k.correlationId, {name_expr} FROM {KERNELS} k {join}"
     if lean:
-        return _lean_frame(con, path, sql, KERNELS, "kernel"), name_col
+        return _lean_frame(con, path, sql, KERNELS, "kernel", ids=ids), name_col
     rows = _fetch(con, path, sql, f"table {KERNELS}")
     return _activity_frame(rows, path, KERNELS, "kernel"), name_col
 
 
-def _copies_and_sets(con: sqlite3.Connection, path: Path, names: set[str], lean: bool = False) -> list[pd.DataFrame]:
+def _copies_and_sets(con: sqlite3.Connection, path: Path, names: set[str], lean: bool = False,
+                     ids: bool = False) -> list[pd.DataFrame]:
     """Memcpy rows named by their copy kind (the export's enum table, else CUPTI's numbering) and memset rows."""
     frames = []
     for table, kind in (("CUPTI_ACTIVITY_KIND_MEMCPY", "memcpy"), ("CUPTI_ACTIVITY_KIND_MEMSET", "memset")):
@@ -193,14 +199,14 @@ def _copies_and_sets(con: sqlite3.Connection, path: Path, names: set[str], lean:
             sql = (f"SELECT t.start, t.end, t.deviceId, t.streamId, t.correlationId, {label}, t.copyKind "
                    f"FROM {table} t {join}")
             if lean:
-                frames.append(_lean_frame(con, path, sql, table, kind, lambda r: _copy_name(r[5], r[6])))
+                frames.append(_lean_frame(con, path, sql, table, kind, lambda r: _copy_name(r[5], r[6]), ids))
                 continue
             rows = _fetch(con, path, sql, f"table {table}")
             rows = [(*r[:5], _copy_name(r[5], r[6])) for r in rows]
         else:
             sql = f"SELECT t.start, t.end, t.deviceId, t.streamId, t.correlationId, 'Memset' FROM {table} t"
             if lean:
-                frames.append(_lean_frame(con, path, sql, table, kind))
+                frames.append(_lean_frame(con, path, sql, table, kind, ids=ids))
                 continue
             rows = _fetch(con, path, sql, f"table {table}")
         frames.append(_activity_frame(rows, path, table, kind))
@@ -311,16 +317,16 @@ def _shift_to_unix(tables: tuple[pd.DataFrame, ...], session: dict[str, Any]) ->
     return True, f"session-relative times{within}, shifted by utcEpochNs {epoch}"
 
 
-def read_nsys(path: Path, lean: bool = False) -> Trace:
-    """An nsys SQLite export -> Trace; `lean`: the dispatches as a lean table fetched in chunks, and the
-    runtime calls read only where there are NVTX ranges to place on the kernels they launched (the only
-    use a summary has for them; `meta["api"]` says so)."""
+def read_nsys(path: Path, lean: bool = False, ids: bool = False) -> Trace:
+    """An nsys SQLite export -> Trace; `lean`: the dispatches as a lean table fetched in chunks (`ids`:
+    with device and stream), and the runtime calls read only where there are NVTX ranges to place on
+    the kernels they launched (the only use a summary has for them; `meta["api"]` says so)."""
     path = Path(path)
     try:
         with reading(path) as con:
             names = objects(con)
-            kernels, name_col = _kernels(con, path, names, lean)
-            frames = ([kernels] if kernels is not None else []) + _copies_and_sets(con, path, names, lean)
+            kernels, name_col = _kernels(con, path, names, lean, ids)
+            frames = ([kernels] if kernels is not None else []) + _copies_and_sets(con, path, names, lean, ids)
             markers = _nvtx(con, path, names)
             span = None if not lean or len(markers) else _runtime_span(con, path, names)
             api = _runtime(con, path, names) if span is None else schema.empty_api(SOURCE)

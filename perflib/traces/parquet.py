@@ -184,19 +184,21 @@ def read_trace_parquet(path: str | Path) -> Trace:
     return _trace(schema.dispatch_frame(columns, info.get("source", "perflib-parquet"), path), info, path)
 
 
-def read_trace_parquet_lean(path: str | Path) -> Trace:
-    """`read_trace_parquet` with a lean dispatch table (`schema.LEAN_DISPATCH_COLUMNS`): only the
-    columns a summary reads are read, the names kept as dictionary codes, so a name's text is decoded
-    once, not once a row. The same rows, times and checks of those columns as the full read."""
+def read_trace_parquet_lean(path: str | Path, ids: bool = False) -> Trace:
+    """`read_trace_parquet` with a lean dispatch table (`schema.LEAN_DISPATCH_COLUMNS`; `ids`: with
+    device, queue and stream): only those columns are read, the names kept as dictionary codes, so a
+    name's text is decoded once, not once a row. The same rows, times and checks as the full read."""
     from perflib.traces import schema
 
     path = Path(path)
-    table, info = _open(path, ["kernel", "start_ns", "end_ns", "correlation_id", "kind"])
+    id_names = list(schema.ID_COLUMNS) if ids else []
+    table, info = _open(path, ["kernel", "start_ns", "end_ns", *id_names, "correlation_id", "kind"])
     codes, names = _name_codes(table, path)
     kinds = schema.kind_codes(_column(table, "kind", path), path)
     frame = schema.lean_dispatch_frame(codes, names, _column(table, "start_ns", path), _column(table, "end_ns", path),
                                        _column(table, "correlation_id", path), kinds,
-                                       info.get("source", "perflib-parquet"), path)
+                                       info.get("source", "perflib-parquet"), path,
+                                       ids={c: _column(table, c, path) for c in id_names} if ids else None)
     return _trace(frame, info, path)
 
 

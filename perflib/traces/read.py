@@ -41,31 +41,33 @@ READERS: dict[str, Callable[[Path], Trace]] = {
 """Format id (`perflib.traces.detect.detect_format`) -> its reader."""
 
 
-LEAN_READERS: dict[str, Callable[[Path], Trace]] = {
-    "rocprofv3-dir": lambda p: rocprof_dir.read_directory(p, lean=True),
-    "rocprofv3-csv": lambda p: rocprof_dir.read_csv_trace(p, lean=True),
+LEAN_READERS: dict[str, Callable[[Path, bool], Trace]] = {
+    "rocprofv3-dir": lambda p, ids: rocprof_dir.read_directory(p, lean=True, ids=ids),
+    "rocprofv3-csv": lambda p, ids: rocprof_dir.read_csv_trace(p, lean=True, ids=ids),
     "rocprofv3-json": rocprof_json_stream.read_json_lean,
-    "rocpd": lambda p: rocpd.read_rocpd(p, lean=True),
-    "nsys-sqlite": lambda p: nsys.read_nsys(p, lean=True),
+    "rocpd": lambda p, ids: rocpd.read_rocpd(p, lean=True, ids=ids),
+    "nsys-sqlite": lambda p, ids: nsys.read_nsys(p, lean=True, ids=ids),
     "kineto": kineto_stream.read_kineto_lean,
-    "cupti-text": lambda p: cupti_text.read_cupti_text(p, lean=True),
+    "cupti-text": lambda p, ids: cupti_text.read_cupti_text(p, lean=True, ids=ids),
     "perflib-parquet": parquet.read_trace_parquet_lean,
 }
-"""Format id -> its lean reader: dispatches as `schema.LEAN_DISPATCH_COLUMNS`, read with bounded memory."""
+"""Format id -> its lean reader `(path, ids)`: dispatches as `schema.LEAN_DISPATCH_COLUMNS` (with `ids`,
+`schema.ID_COLUMNS` too), read with bounded memory."""
 
 
-def read_trace(path: str | Path, lean: bool = False) -> Trace:
+def read_trace(path: str | Path, lean: bool = False, ids: bool = False) -> Trace:
     """Read any supported profiler output (file or rocprofv3 output directory) into a `Trace`.
 
     `lean`: the dispatch table holds only what a summary reads (`schema.LEAN_DISPATCH_COLUMNS`, names
-    as a categorical), read in one pass whose memory grows with the dispatches, not with the file
-    (formats in `LEAN_READERS`; the others are read in full). Every figure of `perflib.attribution`
-    is the same to the ns either way.
+    as a categorical), read in one pass whose memory grows with the dispatches, not with the file.
+    Every figure of `perflib.attribution` is the same to the ns either way. `ids` (with `lean`): the
+    device, queue and stream columns too, so the table holds every dispatch column, the names still as
+    codes: what a cut writes (`perflib.cut`), about 54 bytes a dispatch.
     """
     path = Path(path)
     fmt = detect_format(path)
-    if lean and fmt in LEAN_READERS:
-        return LEAN_READERS[fmt](path)
+    if lean:
+        return LEAN_READERS[fmt](path, ids)
     return READERS[fmt](path)
 
 

@@ -118,16 +118,21 @@ LEAN_CHUNK = 1 << 16
 """Rows fetched at a time by the lean read."""
 
 
-def _lean(con: sqlite3.Connection, path: Path, view: str, wanted: dict[str, tuple[str, ...]], kind: str) -> pd.DataFrame:
+def _lean(con: sqlite3.Connection, path: Path, view: str, wanted: dict[str, tuple[str, ...]], kind: str,
+          ids: bool = False) -> pd.DataFrame:
     """One view's dispatches as a lean table (`schema.LEAN_DISPATCH_COLUMNS`), fetched `LEAN_CHUNK`
-    rows at a time: the rows never all stand in memory as tuples, only as int64 columns and name codes."""
+    rows at a time: the rows never all stand in memory as tuples, only as int64 columns and name codes.
+    `ids`: device, queue and stream too, as `_kernels` and `_copies` read them (a copy's device is its
+    GPU end)."""
     cols = columns(con, view, path)
     keys = ("name", "start_ns", "end_ns", "correlation_id")
+    if ids:
+        keys += tuple(k for k in wanted if k in ("device", "src", "dst", "queue", "stream"))
     exprs = []
     for out in keys:
         col = _pick(cols, *wanted[out])
         exprs.append(f"`{col}`" if col else "NULL")
-        if col is None and out != "correlation_id":
+        if col is None and out in ("name", "start_ns", "end_ns"):
             raise InputError(path, f"view {view}", f"a column {' or '.join(wanted[out])}", ", ".join(cols))
     names = Names()
     parts: dict[str, list[np.ndarray]] = {k: [] for k in keys}
@@ -135,13 +140,15 @@ def _lean(con: sqlite3.Connection, path: Path, view: str, wanted: dict[str, tupl
     try:
         cursor = con.execute(f"SELECT {', '.join(exprs)} FROM `{view}`")
         while rows := cursor.fetchmany(LEAN_CHUNK):
-            name, start, end, corr = zip(*rows, strict=True)
+            chunk = dict(zip(keys, zip(*rows, strict=True), strict=True))
+            name = chunk["name"]
             if set(map(type, name)) != {str}:
                 name = tuple("" if v is None else str(v) for v in name)
             parts["name"].append(names.encode(name))
-            parts["start_ns"].append(_fast_ints(start, path, view, "start", True, done))
-            parts["end_ns"].append(_fast_ints(end, path, view, "end", True, done))
-            parts["correlation_id"].append(_fast_ints(corr, path, view, "corr_id", False, done))
+            parts["start_ns"].append(_fast_ints(chunk["start_ns"], path, view, "start", True, done))
+            parts["end_ns"].append(_fast_ints(chunk["end_ns"], path, view, "end", True, done))
+            for key in keys[3:]:
+                parts[key].append(_fast_ints(chunk[key], path, view, key, False, done))
             done += len(rows)
     except ERRORS as exc:
         raise InputError(path, f"view {view}", "a readable rocpd view", said(exc)) from exc
@@ -149,9 +156,18 @@ def _lean(con: sqlite3.Connection, path: Path, view: str, wanted: dict[str, tupl
     def joined(key: str, dtype: type) -> np.ndarray:
         return np.concatenate(parts[key]) if parts[key] else np.zeros(0, dtype=dtype)
 
+    codes = joined("name", np.int32)
+    id_cols = None
+    if ids:
+        id_cols = {k: joined(k, np.int64) for k in ("queue", "stream")}
+        if "device" in keys:
+            id_cols["device"] = joined("device", np.int64)
+        else:
+            to_host = np.array([d.upper().endswith("TO_HOST") for d in names.names] + [False], dtype=bool)[codes]
+            id_cols["device"] = np.where(to_host, joined("src", np.int64), joined("dst", np.int64))
     return schema.lean_dispatch_frame(
-        joined("name", np.int32), names.names, joined("start_ns", np.int64), joined("end_ns", np.int64),
-        joined("correlation_id", np.int64), kind, SOURCE, path, lambda i: f"view {view}, row {i + 1}")
+        codes, names.names, joined("start_ns", np.int64), joined("end_ns", np.int64),
+        joined("correlation_id", np.int64), kind, SOURCE, path, lambda i: f"view {view}, row {i + 1}", ids=id_cols)
 
 
 def _copies(con: sqlite3.Connection, path: Path) -> pd.DataFrame:
@@ -245,9 +261,9 @@ def _metadata(con: sqlite3.Connection, path: Path) -> dict[str, Any]:
             for tag, value in rows if tag is not None}
 
 
-def read_rocpd(path: Path, lean: bool = False) -> Trace:
+def read_rocpd(path: Path, lean: bool = False, ids: bool = False) -> Trace:
     """A rocpd database -> Trace (kernels + copies, HIP/HSA API regions, marker regions); `lean`: the
-    dispatches as a lean table read in chunks (`_lean`)."""
+    dispatches as a lean table read in chunks (`_lean`; `ids`: with device, queue and stream)."""
     path = Path(path)
     try:
         with reading(path) as con:
@@ -259,9 +275,9 @@ def read_rocpd(path: Path, lean: bool = False) -> Trace:
                 )
             meta_rows = _metadata(con, path)
             if lean:
-                frames = [_lean(con, path, "kernels", _KERNELS, "kernel")]
+                frames = [_lean(con, path, "kernels", _KERNELS, "kernel", ids)]
                 if "memory_copies" in names:
-                    frames.append(_lean(con, path, "memory_copies", _COPIES, "memcpy"))
+                    frames.append(_lean(con, path, "memory_copies", _COPIES, "memcpy", ids))
             else:
                 frames = [_kernels(con, path)]
                 if "memory_copies" in names:

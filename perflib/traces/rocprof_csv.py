@@ -117,51 +117,76 @@ def read_kernel_trace(path: Path, header: list[str] | None = None) -> tuple[pd.D
     return frame, {"header_version": kernel_header_version(header), "columns": len(header)}
 
 
-def read_kernel_trace_lean(path: Path, header: list[str] | None = None, table: Any = None) -> tuple[pd.DataFrame, dict]:
+def read_kernel_trace_lean(path: Path, header: list[str] | None = None, table: Any = None,
+                           ids: bool = False) -> tuple[pd.DataFrame, dict]:
     """`kernel_trace.csv` -> a lean dispatch table (`schema.LEAN_DISPATCH_COLUMNS`), for a summary.
 
     One pass of pyarrow's multi-threaded reader over only the name, start, end and correlation
     columns, the name dictionary-encoded per block: what stays in memory is about 24 bytes a dispatch
     whatever the names' length (the full read holds every name as a Python string). Times are
     checked as in `read_kernel_trace`, and the rows come out in the same order. `table`: those columns
-    already parsed (`prefetch.ArrowCSV`, while pandas imported).
+    already parsed (`prefetch.ArrowCSV`, while pandas imported). `ids`: the agent, queue and stream
+    columns too, as `read_kernel_trace` reads them.
     """
     header = header or csvread.header_of(path)
-    frame = _read_lean(path, header, KERNEL, "kernel_name", "kernel", table)
+    frame = _read_lean(path, header, KERNEL, "kernel_name", "kernel", table, ids)
     return frame, {"header_version": kernel_header_version(header), "columns": len(header), "lean": True}
 
 
-def read_memory_copy_trace_lean(path: Path, header: list[str] | None = None) -> tuple[pd.DataFrame, dict]:
-    """`memory_copy_trace.csv` -> a lean table of kind memcpy (`kernel` = the `Direction`)."""
+def read_memory_copy_trace_lean(path: Path, header: list[str] | None = None,
+                                ids: bool = False) -> tuple[pd.DataFrame, dict]:
+    """`memory_copy_trace.csv` -> a lean table of kind memcpy (`kernel` = the `Direction`; `ids`: the
+    device, the copy's GPU end, and stream as in `read_memory_copy_trace`)."""
     header = header or csvread.header_of(path)
-    return _read_lean(path, header, MEMCPY, "direction", "memcpy"), {"columns": len(header), "lean": True}
+    return _read_lean(path, header, MEMCPY, "direction", "memcpy", ids=ids), {"columns": len(header), "lean": True}
 
 
-def _read_lean(path: Path, header: list[str], spec: str, name_key: str, kind: str, table: Any = None) -> pd.DataFrame:
+_ID_SPECS = {KERNEL: (("agent_id",), ("queue_id", "stream_id")),
+             MEMCPY: (("source_agent_id", "destination_agent_id"), ("stream_id",))}
+"""Per table, the agent columns (read dictionary-encoded, `csvread.agent_column`) and integer id
+columns that a lean read with ids adds."""
+
+
+def _read_lean(path: Path, header: list[str], spec: str, name_key: str, kind: str, table: Any = None,
+               ids: bool = False) -> pd.DataFrame:
     """The lean read of one rocprofv3 CSV: `name_key`'s column as dictionary codes, start, end and
-    correlation as int64, every row of kind `kind`."""
+    correlation as int64, every row of kind `kind` (`ids`: with device, queue and stream)."""
     import pyarrow as pa
 
     names = csvread.columns(path, header, spec, REQUIRED[spec])
+    dict_str = pa.dictionary(pa.int32(), pa.string())
     types: dict[str, Any] = {
-        names[name_key]: pa.dictionary(pa.int32(), pa.string()),
+        names[name_key]: dict_str,
         names["start_timestamp"]: pa.int64(),
         names["end_timestamp"]: pa.int64(),
     }
-    corr = names.get("correlation_id")
-    if corr:
-        types[corr] = pa.int64()
+    agents, id_ints = _ID_SPECS[spec] if ids else ((), ())
+    optional = {c: names.get(c) for c in ("correlation_id", *id_ints)}
+    for col in optional.values():
+        if col:
+            types[col] = pa.int64()
+    for key in agents:
+        types[names[key]] = dict_str
     if table is None or set(table.column_names) != set(types):
-        table = csvread.read_arrow(path, header, types, {"start_timestamp", "end_timestamp", "correlation_id"},
-                                   stream_gzip=True)
+        table = csvread.read_arrow(path, header, types, {"start_timestamp", "end_timestamp", "correlation_id",
+                                                         *id_ints}, stream_gzip=True)
     n = table.num_rows
     codes, distinct = csvread.dictionary_codes(table, names[name_key])
     start = csvread.int_column(table, names["start_timestamp"], n, path, required=True)
     end = csvread.int_column(table, names["end_timestamp"], n, path, required=True)
-    correlation = csvread.int_column(table, corr, n, path)
+    correlation = csvread.int_column(table, optional["correlation_id"], n, path)
+    id_cols = None
+    if ids:
+        id_cols = {c: csvread.int_column(table, optional.get(f"{c}_id"), n, path) for c in ("queue", "stream")}
+        if spec == KERNEL:
+            id_cols["device"] = csvread.agent_column(table, names["agent_id"], n)
+        else:  # a copy's GPU end: the source agent for *_TO_HOST copies, else the destination
+            to_host = np.array([d.upper().endswith("TO_HOST") for d in distinct] + [False], dtype=bool)[codes]
+            id_cols["device"] = np.where(to_host, csvread.agent_column(table, names["source_agent_id"], n),
+                                         csvread.agent_column(table, names["destination_agent_id"], n))
     del table
     return schema.lean_dispatch_frame(codes, distinct, start, end, correlation, kind, SOURCE, path,
-                                      csvread.line_label)
+                                      csvread.line_label, ids=id_cols)
 
 
 def read_memory_copy_trace(path: Path, header: list[str] | None = None) -> tuple[pd.DataFrame, dict]:
@@ -394,22 +419,24 @@ def stem_kind(path: Path) -> str | None:
     return None
 
 
-def read_csv_file(path: Path, lean: bool = False) -> dict[str, Any]:
+def read_csv_file(path: Path, lean: bool = False, ids: bool = False) -> dict[str, Any]:
     """One CSV file -> parts of a Trace: {'dispatches', 'api', 'markers', 'meta'}; `lean`: the
-    dispatches as a lean table (`read_kernel_trace_lean`)."""
+    dispatches as a lean table (`read_kernel_trace_lean`; `ids`: with device, queue and stream)."""
     header = csvread.header_of(path)
     kind = classify(header)
     parts: dict[str, Any] = {"meta": {"table": kind}}
     if kind == KERNEL:
-        parts["dispatches"], meta = (read_kernel_trace_lean if lean else read_kernel_trace)(path, header)
+        parts["dispatches"], meta = (read_kernel_trace_lean(path, header, ids=ids) if lean
+                                     else read_kernel_trace(path, header))
         parts["meta"].update(meta)
     elif kind == MEMCPY:
-        parts["dispatches"], meta = (read_memory_copy_trace_lean if lean else read_memory_copy_trace)(path, header)
+        parts["dispatches"], meta = (read_memory_copy_trace_lean(path, header, ids) if lean
+                                     else read_memory_copy_trace(path, header))
         parts["meta"].update(meta)
     elif kind == API:
         parts["api"], parts["markers"] = read_api_trace(path, header)
     elif kind == LEGACY:
-        return rocprof_legacy.read_results_csv(path, header, lean)
+        return rocprof_legacy.read_results_csv(path, header, lean, ids)
     elif kind is None:
         raise InputError(
             path,

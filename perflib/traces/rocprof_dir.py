@@ -32,9 +32,10 @@ def _trace(parts: list[dict[str, Any]], source: str, path: Path, meta: dict[str,
     return Trace(dispatches, api, markers, ROCPROF_CLOCK, source, str(path), meta)
 
 
-def read_csv_trace(path: Path, lean: bool = False) -> Trace:
-    """One rocprofv3 (or legacy rocprof) CSV file as a Trace (`lean`: its dispatches as a lean table)."""
-    return trace_of_parts([rocprof_csv.read_csv_file(path, lean)], path)
+def read_csv_trace(path: Path, lean: bool = False, ids: bool = False) -> Trace:
+    """One rocprofv3 (or legacy rocprof) CSV file as a Trace (`lean`: its dispatches as a lean table;
+    `ids`: with device, queue and stream)."""
+    return trace_of_parts([rocprof_csv.read_csv_file(path, lean, ids)], path)
 
 
 def trace_of_parts(parts: list[dict[str, Any]], path: Path) -> Trace:
@@ -44,21 +45,23 @@ def trace_of_parts(parts: list[dict[str, Any]], path: Path) -> Trace:
     return _trace([part], source, path, dict(part.get("meta", {})))
 
 
-def read_directory(directory: Path, lean: bool = False) -> Trace:
+def read_directory(directory: Path, lean: bool = False, ids: bool = False) -> Trace:
     """Every rocprofv3 trace under `directory`, merged; CSV first, then rocpd, then JSON, then legacy
-    rocprof `results.csv` (`lean`: the dispatches as lean tables, the JSON read as a stream)."""
+    rocprof `results.csv` (`lean`: the dispatches as lean tables, the JSON read as a stream; `ids`:
+    with device, queue and stream)."""
     found = rocprof_csv.find_outputs(directory)
     if found["csv"]:
-        parts = [rocprof_csv.read_csv_file(p, lean) for p in found["csv"]]
+        parts = [rocprof_csv.read_csv_file(p, lean, ids) for p in found["csv"]]
         versions = sorted({p["meta"]["header_version"] for p in parts if "header_version" in p["meta"]})
         meta = {"files": [str(p) for p in found["csv"]], "header_versions": versions}
         return _trace(parts, rocprof_csv.SOURCE, directory, meta)
     if found["db"] or found["json"]:
         if found["db"]:
-            traces = [rocpd.read_rocpd(p, lean) for p in found["db"]]
+            traces = [rocpd.read_rocpd(p, lean, ids) for p in found["db"]]
+        elif lean:
+            traces = [rocprof_json_stream.read_json_lean(p, ids) for p in found["json"]]
         else:
-            read_json = rocprof_json_stream.read_json_lean if lean else rocprof_json.read_json
-            traces = [read_json(p) for p in found["json"]]
+            traces = [rocprof_json.read_json(p) for p in found["json"]]
         if len(traces) == 1:
             t = traces[0]
             return Trace(
@@ -74,7 +77,7 @@ def read_directory(directory: Path, lean: bool = False) -> Trace:
         meta = {**traces[0].meta, "files": [t.path for t in traces]}
         return _trace(parts, traces[0].source, directory, meta)
     if found["legacy"]:
-        parts = [rocprof_legacy.read_results_csv(p, lean=lean) for p in found["legacy"]]
+        parts = [rocprof_legacy.read_results_csv(p, lean=lean, ids=ids) for p in found["legacy"]]
         return _trace(parts, rocprof_legacy.SOURCE, directory, {"files": [str(p) for p in found["legacy"]]})
     raise InputError(
         directory,

@@ -161,13 +161,14 @@ class Records:
 
 def new_records(name: str, path: Path, where: str, lean: bool = False) -> Records:
     """An empty `Records` for buffer `name` of process `where` (`lean`: keeping only the fields a
-    lean table needs)."""
+    lean table needs; a lean read with ids keeps them all, as the whole read does)."""
     return Records(BUFFER_FIELDS[name], path, f"{where}.buffer_records.{name}",
                    LEAN_FIELDS.get(name) if lean else None)
 
 
 def buffer_records(path: Path, where: str, lean: bool = False) -> dict[str, Records]:
-    """An empty `Records` for each buffer of process `where` that the tables read."""
+    """An empty `Records` for each buffer of process `where` that the tables read (`lean` as in
+    `new_records`)."""
     return {name: new_records(name, path, where, lean) for name in BUFFER_FIELDS}
 
 
@@ -386,8 +387,9 @@ def _merged(procs: list[dict[str, Any]], key: str) -> dict[str, Any]:
     return {c: (np.concatenate(v) if isinstance(v[0], np.ndarray) else sum(v, [])) for c, v in out.items()}
 
 
-def _lean_dispatches(procs: list[dict[str, Any]], path: Path) -> Any:
-    """Kernels, then copies, of every process as one lean dispatch table (names as codes)."""
+def _lean_dispatches(procs: list[dict[str, Any]], path: Path, ids: bool) -> Any:
+    """Kernels, then copies, of every process as one lean dispatch table (names as codes; `ids`: with
+    device, queue and stream, which the records then hold)."""
     names = Names()
     parts = [(p[key], kind) for key, kind in (("kernels", "kernel"), ("copies", "memcpy")) for p in procs]
 
@@ -398,16 +400,21 @@ def _lean_dispatches(procs: list[dict[str, Any]], path: Path) -> Any:
     kind = joined([np.full(len(t["start_ns"]), schema.DISPATCH_KINDS.index(k), dtype=np.int8) for t, k in parts],
                   np.int8)
     start, end, corr = (joined([t[c] for t, _ in parts], np.int64) for c in ("start_ns", "end_ns", "correlation_id"))
-    return schema.lean_dispatch_frame(codes, names.names, start, end, corr, kind, SOURCE, path)
+    id_cols = None
+    if ids:
+        id_cols = {c: joined([np.broadcast_to(np.asarray(t[c], dtype=np.int64), len(t["start_ns"])) for t, _ in parts],
+                             np.int64) for c in schema.ID_COLUMNS}
+    return schema.lean_dispatch_frame(codes, names.names, start, end, corr, kind, SOURCE, path, ids=id_cols)
 
 
-def trace_of(procs: list[dict[str, Any]], path: Path, lean: bool = False) -> Trace:
+def trace_of(procs: list[dict[str, Any]], path: Path, lean: bool = False, ids: bool = False) -> Trace:
     """The Trace of every process's tables (`process_tables`): kernels and copies in one dispatch table
-    (`lean`: a lean one, `schema.LEAN_DISPATCH_COLUMNS`), API calls, markers."""
+    (`lean`: a lean one, `schema.LEAN_DISPATCH_COLUMNS`; `ids`: with `schema.ID_COLUMNS`, read by
+    `buffer_records(lean=not ids)`), API calls, markers."""
     meta = {"kernel_name_field": procs[0]["field"] if procs else None, "processes": len(procs),
             "clock_candidates": ROCPROF_CLOCK_CANDIDATES, **({"lean": True} if lean else {})}
     if lean:
-        dispatches = _lean_dispatches(procs, path)
+        dispatches = _lean_dispatches(procs, path, ids)
     elif procs:
         kernels = {**_merged(procs, "kernels"), "kind": "kernel"}
         copies = {**_merged(procs, "copies"), "kind": "memcpy"}

@@ -53,12 +53,13 @@ class _Process:
     buffers: Any = _NO_BUFFERS
 
 
-def read_json_lean(path: Path) -> Trace:
-    """A rocprofv3 JSON file (`.json` / `.json.gz`) -> Trace with a lean dispatch table, read as a stream."""
+def read_json_lean(path: Path, ids: bool = False) -> Trace:
+    """A rocprofv3 JSON file (`.json` / `.json.gz`) -> Trace with a lean dispatch table, read as a stream
+    (`ids`: with device, queue and stream)."""
     path = Path(path)
     try:
         with files.gc_paused(), files.read_ahead(path, BLOCK) as blocks:  # the GC: acyclic objects, dropped
-            procs = _read(Text(blocks, path), path)
+            procs = _read(Text(blocks, path), path, not ids)
     except RecursionError as exc:
         raise InputError(path, None, "JSON nested to a sensible depth", "deeper than the parser's limit") from exc
     except UnicodeDecodeError as exc:
@@ -70,12 +71,12 @@ def read_json_lean(path: Path) -> Trace:
         if p.buffers is _NO_BUFFERS:
             raise InputError(path, p.where, rocprof_json.NOT_A_PROCESS)
         tables.append(rocprof_json.process_tables(p.keys, p.buffers, p.records, path, p.where))
-    return rocprof_json.trace_of(tables, path, lean=True)
+    return rocprof_json.trace_of(tables, path, lean=True, ids=ids)
 
 
-def _read(text: Text, path: Path) -> list[_Process]:
+def _read(text: Text, path: Path, lean: bool) -> list[_Process]:
     """The processes of the file, walked key by key (a repeated key: its last value counts, as in the
-    whole read)."""
+    whole read); `lean`: the records keep only the fields of a lean table (`rocprof_json.new_records`)."""
     text.skip_ws()
     if not text.startswith(b"{"):
         json_stream.skip(text, "the top level", PARSE, MARKS)
@@ -86,7 +87,7 @@ def _read(text: Text, path: Path) -> list[_Process]:
     for key in json_stream.members(text, "',' or '}' between top-level keys"):
         if key == TOOL and text.startswith(b"["):
             text.consume(1)
-            procs = [_process(text, path, f"{TOOL}[{i}]") for i in json_stream.elements(text)]
+            procs = [_process(text, path, f"{TOOL}[{i}]", lean) for i in json_stream.elements(text)]
         else:
             procs = None if key == TOOL else procs
             json_stream.skip(text, str(key), PARSE, MARKS)
@@ -104,17 +105,17 @@ def _end(text: Text) -> None:
                          f"more text after the top-level value: {text.head(20).decode('utf-8', 'replace')!r}")
 
 
-def _process(text: Text, path: Path, where: str) -> _Process:
+def _process(text: Text, path: Path, where: str, lean: bool) -> _Process:
     """One element of the process list: its buffers' records streamed, the keys in `WHOLE` read whole,
     the others skipped."""
-    proc = _Process(where, rocprof_json.buffer_records(path, where, lean=True))
+    proc = _Process(where, rocprof_json.buffer_records(path, where, lean))
     if not text.startswith(b"{"):
         json_stream.skip(text, where, PARSE, MARKS)
         return proc
     text.consume(1)
     for key in json_stream.members(text):
         if key == "buffer_records":
-            proc.buffers, proc.records = _buffers(text, path, where)
+            proc.buffers, proc.records = _buffers(text, path, where, lean)
         elif key in WHOLE:
             proc.keys[key] = _whole(text, f"{where}.{key}")
         else:
@@ -122,16 +123,16 @@ def _process(text: Text, path: Path, where: str) -> _Process:
     return proc
 
 
-def _buffers(text: Text, path: Path, where: str) -> tuple[Any, dict[str, Records]]:
+def _buffers(text: Text, path: Path, where: str, lean: bool) -> tuple[Any, dict[str, Records]]:
     """The value of `buffer_records` as `process_tables` checks it (an object: {}), and its records."""
-    records = rocprof_json.buffer_records(path, where, lean=True)
+    records = rocprof_json.buffer_records(path, where, lean)
     if not text.startswith(b"{"):
         # null: no records; anything else: the fault that process_tables names
         return _whole(text, f"{where}.buffer_records"), records
     text.consume(1)
     for name in json_stream.members(text):
         if name in records:
-            records[name] = rec = rocprof_json.new_records(name, path, where, lean=True)
+            records[name] = rec = rocprof_json.new_records(name, path, where, lean)
             _stream(text, rec)
         else:
             json_stream.skip(text, f"{where}.buffer_records.{name}", PARSE, MARKS)

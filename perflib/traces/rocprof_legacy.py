@@ -27,16 +27,17 @@ def clean_names(names: Any) -> Any:
     return pc.replace_substring_regex(names, KD_SUFFIX, "")
 
 
-def read_results_csv(path: Path, header: list[str] | None = None, lean: bool = False) -> dict[str, Any]:
+def read_results_csv(path: Path, header: list[str] | None = None, lean: bool = False,
+                     ids: bool = False) -> dict[str, Any]:
     """`results.csv` -> {'dispatches', 'meta'} (no API or marker tables in this file); `lean`: the
-    dispatches as a lean table (`read_results_lean`)."""
+    dispatches as a lean table (`read_results_lean`; `ids`: with device and queue)."""
     import pyarrow as pa
 
     path = Path(path)
     header = header or csvread.header_of(path)
     names = csvread.columns(path, header, TABLE, REQUIRED)
     if lean:
-        return {"dispatches": read_results_lean(path, header, names),
+        return {"dispatches": read_results_lean(path, header, names, ids),
                 "meta": {"table": TABLE, "columns": len(header), "lean": True}, "source": SOURCE}
     types: dict[str, Any] = {
         names["kernelname"]: pa.string(),
@@ -65,24 +66,27 @@ def read_results_csv(path: Path, header: list[str] | None = None, lean: bool = F
     }
 
 
-def read_results_lean(path: Path, header: list[str], names: dict[str, str]) -> Any:
+def read_results_lean(path: Path, header: list[str], names: dict[str, str], ids: bool = False) -> Any:
     """The dispatches of `results.csv` as a lean table (`schema.LEAN_DISPATCH_COLUMNS`): one streamed
     pyarrow pass over the name, begin and end columns, the names dictionary-encoded, so only the
     distinct names go through the `.kd` cleaning (two that clean alike share one code). Times are
-    checked, and rows ordered, as in the full read."""
+    checked, and rows ordered, as in the full read. `ids`: the gpu-id and queue-id columns too."""
     import numpy as np
     import pyarrow as pa
 
     types = {names["kernelname"]: pa.dictionary(pa.int32(), pa.string()),
              names["beginns"]: pa.int64(), names["endns"]: pa.int64()}
-    table = csvread.read_arrow(path, header, types, {"beginns", "endns"}, stream_gzip=True)
+    id_names = {"device": names.get("gpu-id"), "queue": names.get("queue-id")} if ids else {}
+    types.update({c: pa.int64() for c in id_names.values() if c})
+    table = csvread.read_arrow(path, header, types, {"beginns", "endns", "gpu-id", "queue-id"}, stream_gzip=True)
     n = table.num_rows
     codes, distinct = csvread.dictionary_codes(table, names["kernelname"])
     start = csvread.int_column(table, names["beginns"], n, path, required=True)
     end = csvread.int_column(table, names["endns"], n, path, required=True)
+    id_cols = {c: csvread.int_column(table, col, n, path) for c, col in id_names.items()} if ids else None
     del table
     cleaned = clean_names(pa.array(distinct, type=pa.string())).to_pylist()
     merged = {name: i for i, name in enumerate(dict.fromkeys(cleaned))}
     remap = np.array([merged[name] for name in cleaned], dtype=np.int32)
     return schema.lean_dispatch_frame(remap[codes] if len(remap) else codes, list(merged), start, end, None, "kernel",
-                                      SOURCE, path, csvread.line_label)
+                                      SOURCE, path, csvread.line_label, ids=id_cols)

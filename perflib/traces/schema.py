@@ -36,6 +36,10 @@ LEAN_DISPATCH_COLUMNS = ("kernel", "start_ns", "end_ns", "correlation_id", "kind
 `kernel` is a categorical (int32 codes into the distinct names), so a dispatch costs about 30 bytes
 whatever its name's length; `device`, `queue` and `stream` are left out."""
 
+ID_COLUMNS = ("device", "queue", "stream")
+"""What a lean table read `ids=True` (`read_trace(path, lean=True, ids=True)`) adds: with them it holds
+every column of `DISPATCH_COLUMNS`, the names still as a categorical, which is what a cut writes."""
+
 _INT_COLUMNS = {"start_ns", "end_ns", "device", "queue", "stream", "correlation_id", "pid", "tid"}
 
 # Where-label for row i of a table: e.g. CSV "line {i+2}", JSON "kernel_dispatch[{i}]".
@@ -157,10 +161,12 @@ def kind_codes(values: Any, path: object, label: RowLabel = _row_label_default) 
 def lean_dispatch_frame(
     codes: np.ndarray, names: list[str], start: np.ndarray, end: np.ndarray, correlation_id: np.ndarray | None,
     kind: str | np.ndarray, source: str, path: object, label: RowLabel = _row_label_default,
+    ids: Mapping[str, Any] | None = None,
 ) -> pd.DataFrame:
     """A lean dispatch table (`LEAN_DISPATCH_COLUMNS`) from name codes into `names`, checked and
     sorted by start as `dispatch_frame` does (a stable sort, so rows keep the same order as there).
-    `kind` is one kind for all rows or int8 codes into `DISPATCH_KINDS`."""
+    `kind` is one kind for all rows or int8 codes into `DISPATCH_KINDS`. `ids`: the `ID_COLUMNS` too
+    (int64 arrays or one value each; a missing one is -1), placed as in `DISPATCH_COLUMNS`."""
     start = np.asarray(start, dtype=np.int64)
     end = np.asarray(end, dtype=np.int64)
     n = start.size
@@ -176,6 +182,9 @@ def lean_dispatch_frame(
         "kind": pd.Categorical.from_codes(kind_code, categories=list(DISPATCH_KINDS), validate=False),
         "source": pd.Categorical.from_codes(np.zeros(n, dtype=np.int8), categories=[source], validate=False),
     }, copy=False)
+    if ids is not None:
+        for i, col in enumerate(ID_COLUMNS):
+            frame.insert(3 + i, col, _as_int64(ids.get(col), n))
     if n > 1 and not bool(np.all(start[1:] >= start[:-1])):
         frame = frame.take(np.argsort(start, kind="stable")).reset_index(drop=True)
     return frame

@@ -237,7 +237,7 @@ def test_directory_of_json_files_read_lean(tmp_path: Path, monkeypatch: pytest.M
     monkeypatch.setattr(rocprof_json_stream, "PARSE", 512)
     calls = []
     real = rocprof_json_stream.read_json_lean
-    monkeypatch.setattr(rocprof_json_stream, "read_json_lean", lambda p: calls.append(p) or real(p))
+    monkeypatch.setattr(rocprof_json_stream, "read_json_lean", lambda p, *a: calls.append(p) or real(p, *a))
     (tmp_path / "run" / "host").mkdir(parents=True)
     _write(_doc(tmp_path, seed=1), tmp_path / "run" / "host" / "11_results.json", "compact")
     _write(_doc(tmp_path, seed=3), tmp_path / "run" / "host" / "12_results.json.gz", "compact")
