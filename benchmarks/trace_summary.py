@@ -35,6 +35,12 @@ around the child, peak RSS of the child via `resource.getrusage(RUSAGE_CHILDREN)
    `perflib trace summary --json` (the streamed lean read) versus the in-memory path (`read_trace` +
    `summarize`: one orjson parse of the whole file, one run) and versus a bare `orjson.loads` of it.
    Goal: peak RSS that grows with the dispatches, not the file (well under the bare parse's).
+7. `perflib trace cut`: the rocprofv3 CSV of case 1 at each of `--cut-sizes` dispatches (default 1M, 10M)
+   cut into six run folders whose manifests put a level window at every sixth of the trace (each 2% of
+   its dispatches): `perflib trace cut FILE RUNS --json` (the lean read with ids) versus the in-memory path it
+   replaced (`read_trace(FILE)` + `cut_into_runs`, one run, up to `--cut-in-memory-max` dispatches,
+   default 3M). Both cuts are read back and compared row for row, so the figure is of the same result.
+   Goal: within 2 GiB at 10M, as the summary.
 
 perflib's bytecode is compiled before anything is measured (`compileall`), as an installed package has
 it: this editable checkout has none where `PYTHONDONTWRITEBYTECODE` is set, as it is on the development
@@ -42,12 +48,14 @@ machine, and every run would then compile perflib's modules from source (~0.08 s
 the standard library, pandas and HTA have theirs.
 
 `--quick` runs small sizes (100k, 300k; Kineto and rocpd 300k; HTA 20k; CUPTI 50k; rocprofv3 JSON 100k;
-one run each) for development. `--only` runs some of the cases (csv, hta, kineto, rocpd, cupti, rocjson). A size of 0 skips its
+cut 100k; one run each) for development. `--only` runs some of the cases (csv, hta, kineto, rocpd, cupti,
+rocjson, cut). A size of 0 skips its
 part: `--only kineto --kineto-sizes 0 --kineto PATH` measures only the real trace (perflib, the bare
 parse and HTA), without generating anything.
 
 Usage: python benchmarks/trace_summary.py [--quick] [--only CASE,...] [--sizes N,N,...] [--hta-rows N]
-       [--kineto PATH ...] [--kineto-sizes N,...] [--rocpd-size N] [--cupti-size N] [--rocjson-size N] [--repeat K]
+       [--kineto PATH ...] [--kineto-sizes N,...] [--rocpd-size N] [--cupti-size N] [--rocjson-size N]
+       [--cut-sizes N,...] [--cut-in-memory-max N] [--repeat K]
        [--repeat-large K] [--hta-repeat K] [--out results.json] [--workdir DIR]
 """
 
@@ -85,6 +93,8 @@ print(json.dumps({"wall_s": wall, "max_rss_mib": resource.getrusage(resource.RUS
 BARE_CSV = "import sys, pyarrow.csv as c; c.read_csv(sys.argv[1])"
 IN_MEMORY = ("import sys; from perflib.traces import read_trace; from perflib.attribution import summarize; "
              "summarize(read_trace(sys.argv[1])).to_dict()")
+IN_MEMORY_CUT = ("import sys; from perflib.traces import read_trace; from perflib.cut import cut_into_runs; "
+                 "cut_into_runs(read_trace(sys.argv[1]), sys.argv[2], replace=True)")
 IN_MEMORY_CUPTI = ("import sys; from perflib.traces.cupti_text import read_cupti_text_by_line; "
                    "from perflib.attribution import summarize; summarize(read_cupti_text_by_line(sys.argv[1])).to_dict()")
 BARE_GUNZIP = ("import sys, zlib; d = zlib.decompressobj(wbits=47); f = open(sys.argv[1], 'rb')\n"
@@ -102,7 +112,7 @@ HTA = (
 )
 
 
-CASES = ("csv", "hta", "kineto", "rocpd", "cupti", "rocjson")
+CASES = ("csv", "hta", "kineto", "rocpd", "cupti", "rocjson", "cut")
 GIB = 1024.0
 LARGE = 5_000_000
 """From this many dispatches on, a measurement runs `--repeat-large` times (the box is shared)."""
@@ -284,6 +294,57 @@ def _rocjson(frame, work: Path, perflib: list[str], repeat: int, in_memory: bool
     return entry
 
 
+CUT_LEVELS = 6
+"""Run folders the cut case makes: one level window at every sixth of the trace."""
+
+
+def _cut_runs(root: Path, starts) -> Path:
+    """`CUT_LEVELS` run folders whose manifests hold level clocks (on the trace's monotonic and boottime
+    clocks): each from the dispatch at 1/36 past every sixth of the trace, for 2% of its dispatches."""
+    n = len(starts)
+    for i in range(CUT_LEVELS):
+        first = n * (6 * i + 1) // 36
+        start, end = int(starts[first]), int(starts[min(first + n // 50, n - 1)])
+        d = root / f"b{i + 1}_c128_r1"
+        d.mkdir(parents=True, exist_ok=True)
+        clocks = {k: {"monotonic_ns": t, "boottime_ns": t, "realtime_ns": 1_700_000_000_000_000_000 + t}
+                  for k, t in (("start", start), ("end", end))}
+        (d / "manifest.json").write_text(json.dumps({"batch": i + 1, "context": 128, "repeat": 1, "clocks": clocks}))
+    return root
+
+
+def _cut(frame, n: int, work: Path, repeat: int, in_memory: bool, table: list[tuple[str, str, dict]]) -> dict:
+    """Case 7: `perflib trace cut` of an n-dispatch CSV into `CUT_LEVELS` run folders, against the
+    in-memory path; both cuts read back and compared. The files are removed after."""
+    import numpy as np
+    import pandas as pd
+
+    from perflib.traces import read_trace
+
+    csv = write_csv(frame.iloc[:n], work / f"cut{n}_kernel_trace.csv")
+    mib = csv.stat().st_size / 2**20
+    starts = np.sort(frame["start_ns"].to_numpy()[:n])
+    label = f"CSV D, {n:,} rows, {mib:,.0f} MiB, {CUT_LEVELS} windows"
+    lean_runs, full_runs = _cut_runs(work / f"cut{n}-lean", starts), _cut_runs(work / f"cut{n}-full", starts)
+    entry: dict = {"rows": n, "mib": mib, "levels": CUT_LEVELS,
+                   "cut": measure([sys.executable, "-m", "perflib", "trace", "cut", str(csv), str(lean_runs),
+                                   "--json", "--replace"], repeat)}
+    table.append(("perflib trace cut --json", label, entry["cut"]))
+    cuts = sorted(lean_runs.glob("*/trace.parquet"))
+    entry["dispatches_cut"] = [len(read_trace(c).dispatches) for c in cuts]
+    if in_memory:
+        entry["in_memory"] = measure([sys.executable, "-c", IN_MEMORY_CUT, str(csv), str(full_runs)], 1)
+        table.append(("in-memory path (read_trace + cut_into_runs)", label, entry["in_memory"]))
+        for c in cuts:
+            theirs = read_trace(full_runs / c.parent.name / "trace.parquet").dispatches
+            pd.testing.assert_frame_equal(read_trace(c).dispatches, theirs)
+        entry["same_cuts_as_in_memory"] = True
+    csv.unlink()
+    shutil.rmtree(lean_runs)
+    shutil.rmtree(full_runs)
+    return entry
+
+
 def _names(text: str) -> list[str]:
     return [x.strip() for x in text.split(",") if x.strip()]
 
@@ -300,6 +361,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rocpd-size", type=int, help="rocpd dispatches (default 1e7; 0 skips)")
     p.add_argument("--cupti-size", type=float, help="CUPTI text kernels, each with its launch (default 1e6; 0 skips)")
     p.add_argument("--rocjson-size", type=float, help="rocprofv3 JSON dispatches (default 1e6; 0 skips)")
+    p.add_argument("--cut-sizes", help="CSV dispatch counts that `trace cut` is measured on (default 1e6,1e7)")
+    p.add_argument("--cut-in-memory-max", type=float, default=3e6,
+                   help="largest cut case that the in-memory path also runs on (default 3e6: it is slow and large)")
     p.add_argument("--only", help=f"the cases to run, comma-separated, of {', '.join(CASES)} (default all)")
     p.add_argument("--no-in-memory", action="store_true",
                    help="skip the in-memory paths (read_trace + summarize; CUPTI: read_cupti_text_by_line + summarize)")
@@ -315,6 +379,7 @@ def main(argv: list[str] | None = None) -> int:
     rocpd_size = args.rocpd_size if args.rocpd_size is not None else (300_000 if q else 10_000_000)
     cupti_size = int(args.cupti_size) if args.cupti_size is not None else (50_000 if q else 1_000_000)
     rocjson_size = int(args.rocjson_size) if args.rocjson_size is not None else (100_000 if q else 1_000_000)
+    cut_sizes = _sizes(args.cut_sizes) if args.cut_sizes else ([100_000] if q else [1_000_000, 10_000_000])
     only = set(_names(args.only)) if args.only else set(CASES)
     if not only <= set(CASES):
         p.error(f"--only: unknown case(s) {', '.join(sorted(only - set(CASES)))}; cases are {', '.join(CASES)}")
@@ -323,6 +388,7 @@ def main(argv: list[str] | None = None) -> int:
     rocpd_size = rocpd_size if "rocpd" in only else 0
     cupti_size = cupti_size if "cupti" in only else 0
     rocjson_size = rocjson_size if "rocjson" in only else 0
+    cut_sizes = cut_sizes if "cut" in only else []
     hta_rows = args.hta_rows if args.hta_rows is not None else (20_000 if q else 100_000)
     hta_rows = hta_rows if "hta" in only else 0
     repeat = args.repeat or (1 if q else 3)
@@ -350,7 +416,7 @@ def main(argv: list[str] | None = None) -> int:
     table: list[tuple[str, str, dict]] = []
     frame = None
     try:
-        biggest = max([*sizes, *kineto_sizes, rocpd_size, cupti_size, rocjson_size, hta_rows])
+        biggest = max([*sizes, *kineto_sizes, rocpd_size, cupti_size, rocjson_size, *cut_sizes, hta_rows])
         if biggest:
             frame, info = pattern_dispatches(biggest)
             results["generated"] = info
@@ -472,6 +538,8 @@ def main(argv: list[str] | None = None) -> int:
         if rocjson_size:
             results["rocjson"] = _rocjson(frame.iloc[:rocjson_size], work, perflib, runs(rocjson_size),
                                           not args.no_in_memory, table)
+        results["cut"] = [_cut(frame, n, work, runs(n), not args.no_in_memory and n <= args.cut_in_memory_max, table)
+                          for n in cut_sizes]
     finally:
         if not args.workdir:
             shutil.rmtree(work, ignore_errors=True)
@@ -519,6 +587,12 @@ def main(argv: list[str] | None = None) -> int:
                   if "in_memory" in c else "")
         print(f"CUPTI text {c['kernels']:,} kernels: {c['summary']['wall_s']:.1f} s, peak "
               f"{c['summary']['max_rss_mib'] / GIB:.2f} GiB{versus}")
+    for c in results.get("cut", []):
+        versus = (f"; in-memory path {c['in_memory']['wall_s']:.1f} s, peak {c['in_memory']['max_rss_mib'] / GIB:.2f} "
+                  "GiB, the same cuts" if "in_memory" in c else "")
+        print(f"trace cut {c['rows']:,} ({c['mib']:,.0f} MiB, {c['levels']} windows, {sum(c['dispatches_cut']):,} "
+              f"dispatches cut): {c['cut']['wall_s']:.1f} s, peak {c['cut']['max_rss_mib'] / GIB:.2f} GiB "
+              f"(goal <= 2 GiB at 10M){versus}")
     if args.out:
         Path(args.out).write_text(json.dumps(results, indent=1))
         print(f"\nresults written to {args.out}")

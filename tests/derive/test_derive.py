@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pandas as pd
 import pytest
-from support import DATA
+from support import DATA, REPO
 
 from perflib import derive, runs
 from perflib.campaign import load_campaign
@@ -58,3 +58,28 @@ def test_derived_csv_bytes_are_stable(sample, tmp_path):
 def test_data_dir_override(sample, tmp_path):
     moved = replace_data_dir(sample, tmp_path, None)
     assert derive.build(moved).runs.empty
+
+
+@pytest.mark.parametrize("name", ["h200-pytorch", "cuda-h200-batch"])
+def test_trace_tables_from_the_lean_read_are_the_full_reads(name, monkeypatch):
+    """The report reads each trace lean (bounded by its dispatches): every derived table, dtypes included,
+    is what the full read gives, on the committed Kineto and CUPTI-cut campaigns."""
+    import dataclasses
+
+    from perflib import traces
+
+    campaign = load_campaign(REPO / "campaigns" / f"{name}.yaml")
+    derive._read_trace_keyed.cache_clear()
+    lean = derive.build(campaign)
+    full_read = traces.read_trace
+    monkeypatch.setattr(traces, "read_trace", lambda path, **_: full_read(path))
+    derive._read_trace_keyed.cache_clear()
+    full = derive.build(campaign)
+    derive._read_trace_keyed.cache_clear()
+    assert len(full.trace_runs) > 0
+    for f in dataclasses.fields(full):
+        a, b = getattr(full, f.name), getattr(lean, f.name)
+        if isinstance(a, pd.DataFrame):
+            pd.testing.assert_frame_equal(a, b)
+        else:
+            assert a == b
