@@ -138,6 +138,59 @@ async def perflib_request(client: Any, base_url: str, i: int, max_tokens: int, t
 # One client, one concurrency (child process)
 
 
+async def _one(kind: str, client: Any, base_url: str, i: int, max_tokens: int) -> dict[str, Any]:
+    """One streamed request by client `kind`."""
+    host, port = base_url.split("//")[1].split(":")
+    if kind in ("raw", "raw-uvloop"):
+        return await raw_request(host, int(port), _body(i, max_tokens))
+    if kind in ("floor", "floor-asyncio"):
+        return await floor_request(host, int(port), _body(i, max_tokens))
+    transport = "httpx" if kind == "perflib-httpx" else "raw"
+    return await perflib_request(client, base_url, i, max_tokens, transport)
+
+
+async def lockstep_child(kind: str, base_url: str, concurrency: int, batches: int, max_tokens: int) -> dict[str, Any]:
+    """`batches` batches of N requests started together, each waited for whole, after one warm-up batch:
+    every batch asks the server for the same work (N prefills of distinct prompts of one length, then N
+    streams decoding `max_tokens` in lockstep), so the server step under two clients differs only by
+    what the clients do to it and by the machine's noise, not by where a window falls in a closed
+    loop's cycle of context lengths. Step from the counters between a scrape after the warm-up batch
+    and one after the last; per batch too, for the spread."""
+    import httpx
+
+    from perflib import load, metrics
+
+    loop_name = type(asyncio.get_running_loop()).__module__.split(".")[0]
+    scrape_client = httpx.Client(trust_env=False)
+    steps, tokens, cpu, errors, counter = [], 0, 0.0, [], 0
+    first = last = None
+    async with load.http_client(600.0) as client:
+        for b in range(batches + 1):
+            before = await asyncio.to_thread(metrics.scrape, base_url, client=scrape_client)
+            c0 = time.process_time()
+            recs = await asyncio.gather(*(_one(kind, client, base_url, counter + i, max_tokens)
+                                          for i in range(concurrency)))
+            c1 = time.process_time()
+            counter += concurrency
+            after = await asyncio.to_thread(metrics.scrape, base_url, client=scrape_client)
+            errors += [r.get("error") for r in recs if r.get("error")]
+            if b == 0:
+                first = after
+                continue
+            last = after
+            steps.append(metrics.diff(before, after, requests=concurrency).to_dict().get("decode_step_ms"))
+            tokens += sum(len(r["chunk_ns"]) for r in recs)
+            cpu += c1 - c0
+    whole = metrics.diff(first, last, requests=concurrency * batches).to_dict()
+    return {
+        "client": kind, "event_loop": loop_name, "concurrency": concurrency, "mode": "lockstep", "batches": batches,
+        "cpu_s": cpu, "tokens": tokens, "cpu_us_per_token": cpu * 1e6 / tokens if tokens else None,
+        "client_itl_median_ms": None, "server_step_ms_counters": whole.get("decode_step_ms"),
+        "server_step_ms_per_batch": steps, "server_step_ms_timings": None, "occupancy": whole.get("occupancy"),
+        "requests_completed": concurrency * batches, "errors": len(errors), "first_error": errors[0] if errors else None,
+    }
+
+
 async def child(kind: str, base_url: str, concurrency: int, warmup: float, duration: float,
                 max_tokens: int) -> dict[str, Any]:
     import httpx
@@ -145,7 +198,6 @@ async def child(kind: str, base_url: str, concurrency: int, warmup: float, durat
     from perflib import load, metrics
 
     loop_name = type(asyncio.get_running_loop()).__module__.split(".")[0]
-    host, port = base_url.split("//")[1].split(":")
     done: list[dict[str, Any]] = []
     counter = [0]
     stop = asyncio.Event()
@@ -154,14 +206,7 @@ async def child(kind: str, base_url: str, concurrency: int, warmup: float, durat
         async def worker() -> None:
             while not stop.is_set():
                 counter[0] += 1
-                if kind in ("raw", "raw-uvloop"):
-                    rec = await raw_request(host, int(port), _body(counter[0], max_tokens))
-                elif kind in ("floor", "floor-asyncio"):
-                    rec = await floor_request(host, int(port), _body(counter[0], max_tokens))
-                else:
-                    transport = "httpx" if kind == "perflib-httpx" else "raw"
-                    rec = await perflib_request(client, base_url, counter[0], max_tokens, transport)
-                done.append(rec)
+                done.append(await _one(kind, client, base_url, counter[0], max_tokens))
 
         scrape_client = httpx.Client(trust_env=False)
         t_before = mono()
@@ -331,6 +376,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--warmup", type=float, default=3.0, help="s before the window (prefills, ramp-up)")
     parser.add_argument("--duration", type=float, default=10.0, help="window length in s")
     parser.add_argument("--max-tokens", type=int, default=256)
+    parser.add_argument("--lockstep", type=int, default=0, metavar="B",
+                        help="instead of a closed loop over a time window: B batches of N requests started "
+                             "together (after one warm-up batch), each waited for whole; every batch asks the "
+                             "server for the same work, so paired rounds compare the step without the closed "
+                             "loop's drift of context lengths")
     parser.add_argument("--ceiling-workers", default="",
                         help="also measure the client's ceiling against a local token source, with each of "
                              "these worker counts, e.g. 1,2 (off by default)")
@@ -350,7 +400,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.child:
         from perflib import load
 
-        coro = child(args.child, args.base_url, int(args.concurrency), args.warmup, args.duration, args.max_tokens)
+        coro = (lockstep_child(args.child, args.base_url, int(args.concurrency), args.lockstep, args.max_tokens)
+                if args.lockstep else
+                child(args.child, args.base_url, int(args.concurrency), args.warmup, args.duration, args.max_tokens))
         # perflib's client runs on perflib's loop (uvloop when installed); the minimal reader on stdlib asyncio;
         # raw-uvloop and floor-asyncio swap the loop, to tell the reader's effect from the loop's
         result = load.run_async(coro) if args.child in UVLOOP_CLIENTS else asyncio.run(coro)
@@ -367,7 +419,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.out:
         Path(args.out).write_text(json.dumps({**({"results": results, "paired": PAIRED} if results else {}),
                                               "ceiling": ceilings, "rounds": args.rounds,
-                                              "max_tokens": args.max_tokens, "window_s": args.duration,
+                                              "max_tokens": args.max_tokens, "lockstep_batches": args.lockstep,
+                                              "window_s": args.duration,
                                               "warmup_s": args.warmup, "server_flags": SERVER_FLAGS,
                                               "method": METHOD, "ceiling_method": CEILING_METHOD,
                                               "ceiling_sources": args.ceiling_sources,
@@ -411,7 +464,7 @@ def llama_rows(args: argparse.Namespace) -> list[dict[str, Any]]:
         for n, rnd, kind in _schedule(levels, args.clients.split(","), args.rounds):
             cmd = [sys.executable, __file__, "--child", kind, "--base-url", handle.base_url,
                    "--concurrency", str(n), "--warmup", str(args.warmup), "--duration", str(args.duration),
-                   "--max-tokens", str(args.max_tokens)]
+                   "--max-tokens", str(args.max_tokens), "--lockstep", str(args.lockstep)]
             proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
             if proc.returncode != 0:
                 raise SystemExit(f"child {kind} N={n} failed:\n{proc.stderr[-2000:]}")
@@ -433,10 +486,16 @@ def llama_rows(args: argparse.Namespace) -> list[dict[str, Any]]:
                                    "client ITL median (ms)", "server step, counters (ms)",
                                    "server step, timings (ms)", "occupancy (slots/step)", "failed requests"],
                    disable_numparse=True))
-    METHOD = (f"closed loop of N streams per client, {args.max_tokens} tokens each, /v1/completions, ignore_eos; "
-              f"window {args.duration:.0f} s after {args.warmup:.0f} s warm-up; CPU = time.process_time() of the "
-              "client's own process over the window (user+sys, all threads) / token-carrying chunks in the window; "
-              "server step: whole run, counters = 1000*dtokens_predicted_seconds/(dtokens_predicted - requests), "
+    shape = (f"{args.lockstep} lockstep batches of N requests started together, after one warm-up batch, "
+             f"{args.max_tokens} tokens each, /v1/completions, ignore_eos; CPU = time.process_time() of the client's "
+             "own process over the batches / token chunks of the batches; server step: counters between a scrape "
+             "after the warm-up batch and one after the last, "
+             if args.lockstep else
+             f"closed loop of N streams per client, {args.max_tokens} tokens each, /v1/completions, ignore_eos; "
+             f"window {args.duration:.0f} s after {args.warmup:.0f} s warm-up; CPU = time.process_time() of the "
+             "client's own process over the window (user+sys, all threads) / token-carrying chunks in the window; "
+             "server step: whole run, ")
+    METHOD = (shape + "counters = 1000*dtokens_predicted_seconds/(dtokens_predicted - requests), "
               "timings = sum predicted_ms / sum (n-1); client ITL median over chunks in the window; server: "
               f"llama-server --parallel {parallel} -t 1, random-weight {server.ensure_test_model().name}; goals for "
               "perflib: <= 25 us/token at N=64, server step within 1% of the step under the raw reader")
