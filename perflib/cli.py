@@ -9,7 +9,7 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 
-from perflib.errors import PerflibError
+from perflib.errors import PerflibError, Terminated
 from perflib.version import __version__
 
 # Each module in perflib.commands has `register(subparsers)` that adds its parser and sets
@@ -134,6 +134,9 @@ def _call(args: argparse.Namespace) -> int:
         print(f"perflib: error: expected UTF-8 text, found an undecodable byte at {exc.start} ({exc.reason})",
               file=sys.stderr)
         return 2
+    except Terminated:
+        print("perflib: terminated (SIGTERM); records already written are kept", file=sys.stderr)
+        return 143
     except KeyboardInterrupt:
         print("perflib: interrupted; records already written are kept", file=sys.stderr)
         return 130

@@ -20,3 +20,13 @@ class InputError(PerflibError):
         if found is not None:
             msg += f", found {found}"
         super().__init__(msg)
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (a `kill`, a job scheduler's stop, `timeout`) where a long command unwinds as for Ctrl-C:
+    the campaign runner stops its servers and keeps the run in progress incomplete; exit status 143."""
+
+
+def interrupt_text(exc_type: type[BaseException] | None) -> str:
+    """What stopped the work, for manifests and server records: Ctrl-C or SIGTERM."""
+    return "terminated (SIGTERM)" if exc_type is not None and issubclass(exc_type, Terminated) else "interrupted (Ctrl-C)"

@@ -8,6 +8,8 @@ machinery. `CtrlC` keeps its own handler for the campaign, which notes the inter
 it as Python's does, and `check()`, called between runs, raises it again where it was swallowed (the
 run in progress is then kept incomplete, as for any Ctrl-C) and puts the handler back where
 something replaced it. A campaign started with SIGINT ignored (a background job) keeps it ignored.
+SIGTERM unwinds the same way (`perflib.errors.Terminated`, a KeyboardInterrupt): a `kill` or a
+scheduler's stop also stops the servers and keeps the run in progress incomplete.
 """
 
 from __future__ import annotations
@@ -17,34 +19,42 @@ import threading
 from types import FrameType
 from typing import Any
 
+from perflib.errors import Terminated
+
+SIGNALS = {signal.SIGINT: KeyboardInterrupt, signal.SIGTERM: Terminated}
+"""The signals the campaign unwinds on, and what each raises."""
+
 
 class CtrlC:
-    """The campaign's SIGINT handler (a context manager; only in the main thread)."""
+    """The campaign's SIGINT and SIGTERM handler (a context manager; only in the main thread)."""
 
     def __init__(self) -> None:
-        self.seen = False
-        self._previous: Any = None
-        self._active = False
+        self.seen: type[KeyboardInterrupt] | None = None  # what was raised: KeyboardInterrupt or Terminated
+        self.ignored = False  # SIGINT was ignored when the campaign started: Ctrl-C cannot stop it
+        self._previous: dict[int, Any] = {}
 
     def _handler(self, signum: int, frame: FrameType | None) -> None:
-        self.seen = True
-        raise KeyboardInterrupt
+        self.seen = SIGNALS[signum]
+        raise self.seen
 
     def __enter__(self) -> CtrlC:
-        if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGINT) != signal.SIG_IGN:
-            self._previous = signal.signal(signal.SIGINT, self._handler)
-            self._active = True
+        if threading.current_thread() is threading.main_thread():
+            self.ignored = signal.getsignal(signal.SIGINT) == signal.SIG_IGN
+            for sig in SIGNALS:
+                if signal.getsignal(sig) != signal.SIG_IGN:  # a signal ignored at start stays ignored
+                    self._previous[sig] = signal.signal(sig, self._handler)
         return self
 
     def __exit__(self, *exc: object) -> None:
-        if self._active:
-            signal.signal(signal.SIGINT, self._previous)
-            self._active = False
+        for sig, previous in self._previous.items():
+            signal.signal(sig, previous)
+        self._previous = {}
 
     def check(self) -> None:
-        """Between runs: raise KeyboardInterrupt where a Ctrl-C was seen (and swallowed below), and
-        put the handler back where something replaced it."""
-        if self.seen:
-            raise KeyboardInterrupt
-        if self._active and signal.getsignal(signal.SIGINT) != self._handler:
-            signal.signal(signal.SIGINT, self._handler)
+        """Between runs: raise the interrupt where one was seen (and swallowed below), and put the
+        handlers back where something replaced them."""
+        if self.seen is not None:
+            raise self.seen
+        for sig in self._previous:
+            if signal.getsignal(sig) != self._handler:
+                signal.signal(sig, self._handler)

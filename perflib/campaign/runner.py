@@ -32,7 +32,7 @@ from perflib.campaign.notebooks import (
 )
 from perflib.campaign.servers import Prepared, ServedArm, prepare
 from perflib.config import ArmSpec, BackendSpec, Campaign, RunSpec
-from perflib.errors import PerflibError
+from perflib.errors import PerflibError, interrupt_text
 
 
 @dataclass(frozen=True)
@@ -111,6 +111,9 @@ def run_campaign(campaign: Campaign, data_dir: Path | None = None, reports_dir: 
     how = _How(kernel, notebooks, gpu, max_attempts, contention_threshold, ctrl_c)
     try:
         with ctrl_c:  # a Ctrl-C is acted on between runs even where it was swallowed below (`interrupts`)
+            if ctrl_c.ignored:
+                print("perflib: SIGINT is ignored in this process (started in the background?): Ctrl-C will not "
+                      "stop the campaign; SIGTERM (kill PID) will", file=sys.stderr)
             for (arm_name, backend_name), group in groups.items():
                 arm, backend = campaign.arm(arm_name), campaign.backend(backend_name)
                 ready = prepared.get((arm_name, backend_name))
@@ -239,10 +242,10 @@ def _measure_group(campaign: Campaign, arm: ArmSpec, backend: BackendSpec, group
             measured.append(run)
             held.refresh()
             current = None
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as exc:
         if current is not None:
             rundir.mark_incomplete(current.run_dir(data), current.manifest_keys(),
-                                   "interrupted (Ctrl-C) during this run; measure it again with the same command")
+                                   f"{interrupt_text(type(exc))} during this run; measure it again with the same command")
         raise
 
 

@@ -22,7 +22,7 @@ from typing import Any
 
 from perflib import rundir, server
 from perflib.config import ArmSpec, BackendSpec, Campaign, RunSpec, ServerSpec
-from perflib.errors import PerflibError
+from perflib.errors import PerflibError, interrupt_text
 from perflib.server.presets import PRESETS, Preset, render
 from perflib.server.process import Launch, ServerHandle
 from perflib.server.profilers import Capture, files_under, new_files, toggle_torch_profile
@@ -256,7 +256,7 @@ class ServedArm:
         return self
 
     def __exit__(self, exc_type: Any, *exc: object) -> None:
-        self.stop("interrupted (Ctrl-C)" if exc_type is KeyboardInterrupt else
+        self.stop(interrupt_text(exc_type) if exc_type is not None and issubclass(exc_type, KeyboardInterrupt) else
                   "stopped after an error" if exc_type is not None else "stopped at the end of the arm")
 
     # ------------------------------------------------------------------------------ around each run

@@ -1,5 +1,6 @@
 """The campaign's Ctrl-C handler: a swallowed interrupt is raised again between runs, a replaced
-handler is put back, and a campaign started with SIGINT ignored keeps it ignored."""
+handler is put back, a campaign started with SIGINT ignored keeps it ignored, and SIGTERM unwinds as
+Ctrl-C does, as `Terminated`."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import signal
 import pytest
 
 from perflib.campaign.interrupts import CtrlC
+from perflib.errors import Terminated, interrupt_text
 
 
 def test_a_swallowed_ctrl_c_is_raised_again_at_the_check():
@@ -17,8 +19,9 @@ def test_a_swallowed_ctrl_c_is_raised_again_at_the_check():
             signal.raise_signal(signal.SIGINT)
         except KeyboardInterrupt:
             pass  # what the notebook machinery below may do with it
-        with pytest.raises(KeyboardInterrupt):
+        with pytest.raises(KeyboardInterrupt) as raised:
             ctrl_c.check()
+        assert raised.type is KeyboardInterrupt
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # pytest's, put back
 
 
@@ -41,3 +44,27 @@ def test_a_campaign_started_with_sigint_ignored_keeps_it_ignored():
             assert not ctrl_c.seen
     finally:
         signal.signal(signal.SIGINT, previous)
+
+
+def test_sigterm_unwinds_as_terminated_and_is_raised_again_at_the_check():
+    before = signal.getsignal(signal.SIGTERM)
+    with CtrlC() as ctrl_c:
+        with pytest.raises(Terminated):
+            signal.raise_signal(signal.SIGTERM)
+        with pytest.raises(Terminated) as raised:  # swallowed below: raised again, still a Terminated
+            ctrl_c.check()
+        assert isinstance(raised.value, KeyboardInterrupt)
+    assert signal.getsignal(signal.SIGTERM) == before
+    assert interrupt_text(Terminated) == "terminated (SIGTERM)"
+    assert interrupt_text(KeyboardInterrupt) == "interrupted (Ctrl-C)"
+
+
+def test_the_runner_says_when_ctrl_c_cannot_stop_it():
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        with CtrlC() as ctrl_c:
+            assert ctrl_c.ignored
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    with CtrlC() as ctrl_c:
+        assert not ctrl_c.ignored
