@@ -101,7 +101,7 @@ def test_report_reads_a_lifetime_trace_once_for_all_its_runs(lifetime, monkeypat
     path, _ = lifetime
     calls = []
     real = traces.read_trace
-    monkeypatch.setattr(traces, "read_trace", lambda p: calls.append(p) or real(p))
+    monkeypatch.setattr(traces, "read_trace", lambda p, **kw: calls.append(p) or real(p, **kw))
     derive._read_trace_keyed.cache_clear()
     first = derive._read_trace_cached(path)
     assert derive._read_trace_cached(path) is first and len(calls) == 1

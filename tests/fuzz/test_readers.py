@@ -183,8 +183,30 @@ def check(data: bytes, name: str, reader: Callable[[Path], Any], root: Path) -> 
             valid_trace(out)
         elif out is not None:
             valid_stats(out)
+        if reader is read_trace:
+            agrees_lean(path, out)
     finally:
         shutil.rmtree(folder, ignore_errors=True)
+
+
+def agrees_lean(path: Path, full: Trace | None) -> None:
+    """The streamed reads on the same bytes: where the whole read gives a Trace, the lean read gives its
+    lean columns and the lean read with ids its whole dispatch table (what `trace summary` and `trace cut`
+    read); any fault is one line naming the file, never another exception."""
+    for ids in (False, True):
+        try:
+            with time_limit(LIMIT_S):
+                lean = read_trace(path, lean=True, ids=ids)
+        except PerflibError as exc:
+            assert "\n" not in str(exc) and str(path) in str(exc)
+            assert full is None, f"the lean read (ids={ids}) refused what the whole read took: {exc}"
+            continue
+        if full is None:
+            continue
+        columns = list(schema.DISPATCH_COLUMNS if ids else schema.LEAN_DISPATCH_COLUMNS)
+        got = lean.dispatches[columns]  # a file without dispatches: the canonical empty table, every column
+        pd.testing.assert_frame_equal(got.assign(kernel=got["kernel"].astype(str)),
+                                      full.dispatches[columns].assign(kernel=full.dispatches["kernel"].astype(str)))
 
 
 # --- mutations ------------------------------------------------------------------------------------
