@@ -35,8 +35,8 @@ around the child, peak RSS of the child via `resource.getrusage(RUSAGE_CHILDREN)
    `perflib trace summary --json` (the streamed lean read) versus the in-memory path (`read_trace` +
    `summarize`: one orjson parse of the whole file, one run) and versus a bare `orjson.loads` of it.
    Goal: peak RSS that grows with the dispatches, not the file (well under the bare parse's).
-7. `perflib trace cut`: the rocprofv3 CSV of case 1 at each of `--cut-sizes` dispatches (default 1M, 10M)
-   cut into six run folders whose manifests put a level window at every sixth of the trace (each 2% of
+7. `perflib trace cut`: the rocprofv3 CSV of case 1 and the gzipped Kineto JSON of case 3 (`--cut-formats`)
+   at each of `--cut-sizes` dispatches (default 1M, 10M) cut into six run folders whose manifests put a level window at every sixth of the trace (each 2% of
    its dispatches): `perflib trace cut FILE RUNS --json` (the lean read with ids) versus the in-memory path it
    replaced (`read_trace(FILE)` + `cut_into_runs`, one run, up to `--cut-in-memory-max` dispatches,
    default 3M). Both cuts are read back and compared row for row, so the figure is of the same result.
@@ -313,20 +313,28 @@ def _cut_runs(root: Path, starts) -> Path:
     return root
 
 
-def _cut(frame, n: int, work: Path, repeat: int, in_memory: bool, table: list[tuple[str, str, dict]]) -> dict:
-    """Case 7: `perflib trace cut` of an n-dispatch CSV into `CUT_LEVELS` run folders, against the
-    in-memory path; both cuts read back and compared. The files are removed after."""
+def _cut(frame, n: int, work: Path, repeat: int, in_memory: bool, table: list[tuple[str, str, dict]],
+         fmt: str = "csv") -> dict:
+    """Case 7: `perflib trace cut` of an n-dispatch trace (`fmt`: rocprofv3 CSV or gzipped Kineto JSON)
+    into `CUT_LEVELS` run folders, against the in-memory path; both cuts read back and compared. The
+    files are removed after."""
     import numpy as np
     import pandas as pd
 
     from perflib.traces import read_trace
 
-    csv = write_csv(frame.iloc[:n], work / f"cut{n}_kernel_trace.csv")
+    t = time.perf_counter()
+    if fmt == "kineto":
+        csv = write_kineto(frame.iloc[:n], work / f"cut{n}.json.gz")
+        label = f"Kineto JSON, {n:,} events, {csv.stat().st_size / 2**20:,.0f} MiB gz, {CUT_LEVELS} windows"
+    else:
+        csv = write_csv(frame.iloc[:n], work / f"cut{n}_kernel_trace.csv")
+        label = f"CSV D, {n:,} rows, {csv.stat().st_size / 2**20:,.0f} MiB, {CUT_LEVELS} windows"
+    print(f"wrote {label} in {time.perf_counter() - t:.0f} s", file=sys.stderr)
     mib = csv.stat().st_size / 2**20
     starts = np.sort(frame["start_ns"].to_numpy()[:n])
-    label = f"CSV D, {n:,} rows, {mib:,.0f} MiB, {CUT_LEVELS} windows"
     lean_runs, full_runs = _cut_runs(work / f"cut{n}-lean", starts), _cut_runs(work / f"cut{n}-full", starts)
-    entry: dict = {"rows": n, "mib": mib, "levels": CUT_LEVELS,
+    entry: dict = {"format": fmt, "rows": n, "mib": mib, "levels": CUT_LEVELS,
                    "cut": measure([sys.executable, "-m", "perflib", "trace", "cut", str(csv), str(lean_runs),
                                    "--json", "--replace"], repeat)}
     table.append(("perflib trace cut --json", label, entry["cut"]))
@@ -362,6 +370,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--cupti-size", type=float, help="CUPTI text kernels, each with its launch (default 1e6; 0 skips)")
     p.add_argument("--rocjson-size", type=float, help="rocprofv3 JSON dispatches (default 1e6; 0 skips)")
     p.add_argument("--cut-sizes", help="CSV dispatch counts that `trace cut` is measured on (default 1e6,1e7)")
+    p.add_argument("--cut-formats", default="csv,kineto",
+                   help="the formats `trace cut` is measured on: csv (rocprofv3 kernel_trace.csv), kineto (gzipped "
+                        "Kineto JSON); default both")
     p.add_argument("--cut-in-memory-max", type=float, default=3e6,
                    help="largest cut case that the in-memory path also runs on (default 3e6: it is slow and large)")
     p.add_argument("--only", help=f"the cases to run, comma-separated, of {', '.join(CASES)} (default all)")
@@ -538,8 +549,8 @@ def main(argv: list[str] | None = None) -> int:
         if rocjson_size:
             results["rocjson"] = _rocjson(frame.iloc[:rocjson_size], work, perflib, runs(rocjson_size),
                                           not args.no_in_memory, table)
-        results["cut"] = [_cut(frame, n, work, runs(n), not args.no_in_memory and n <= args.cut_in_memory_max, table)
-                          for n in cut_sizes]
+        results["cut"] = [_cut(frame, n, work, runs(n), not args.no_in_memory and n <= args.cut_in_memory_max, table,
+                               fmt) for fmt in _names(args.cut_formats) for n in cut_sizes]
     finally:
         if not args.workdir:
             shutil.rmtree(work, ignore_errors=True)
@@ -590,7 +601,8 @@ def main(argv: list[str] | None = None) -> int:
     for c in results.get("cut", []):
         versus = (f"; in-memory path {c['in_memory']['wall_s']:.1f} s, peak {c['in_memory']['max_rss_mib'] / GIB:.2f} "
                   "GiB, the same cuts" if "in_memory" in c else "")
-        print(f"trace cut {c['rows']:,} ({c['mib']:,.0f} MiB, {c['levels']} windows, {sum(c['dispatches_cut']):,} "
+        print(f"trace cut, {c['format']} {c['rows']:,} ({c['mib']:,.0f} MiB, {c['levels']} windows, "
+              f"{sum(c['dispatches_cut']):,} "
               f"dispatches cut): {c['cut']['wall_s']:.1f} s, peak {c['cut']['max_rss_mib'] / GIB:.2f} GiB "
               f"(goal <= 2 GiB at 10M){versus}")
     if args.out:
