@@ -26,6 +26,7 @@ import pandas as pd
 from perflib import attribution, rundir
 from perflib.errors import PerflibError
 from perflib.traces.parquet import write_trace_parquet
+from perflib.traces.read import file_meta
 
 
 @dataclass(frozen=True)
@@ -77,18 +78,12 @@ def existing_dispatches(path: Path) -> int | None:
         return None
 
 
-LEAN_READ_META = ("lean", "api")
-"""Meta keys that a lean read adds about how it read (`read_trace(lean=True)`), not about the file: left
-out of a cut, so that a cut from the lean read is the cut from the full read."""
-
-
 def _write_atomic(trace: Any, inside: Any, target: Path, start: int, end: int) -> Path:
     """Write the cut through `rundir.atomic_target`: a failure at any point leaves `target` as it
     was and no temporary file behind. Names read as a categorical (the lean read) are written as text,
-    as the full read's are."""
-    meta = trace.meta
-    if meta.get("lean"):
-        meta = {k: v for k, v in meta.items() if k not in LEAN_READ_META}
+    as the full read's are, and the meta is the file's (`traces.file_meta`), so that a cut from the lean
+    read is the cut from the full read."""
+    meta = file_meta(trace)
     if isinstance(inside["kernel"].dtype, pd.CategoricalDtype):
         inside = inside.assign(kernel=inside["kernel"].astype("str"))
     with rundir.atomic_target(target) as tmp:

@@ -55,6 +55,18 @@ LEAN_READERS: dict[str, Callable[[Path, bool], Trace]] = {
 `schema.ID_COLUMNS` too), read with bounded memory."""
 
 
+LEAN_META = ("lean", "api")
+"""Meta keys a lean read adds about how it read, not about the file: `lean`, and nsys's note of the
+runtime calls it left unread (`api`)."""
+
+
+def file_meta(trace: Trace) -> dict:
+    """The trace's meta without what a lean read adds (`LEAN_META`): what the full read gives."""
+    if not trace.meta.get("lean"):
+        return trace.meta
+    return {k: v for k, v in trace.meta.items() if k not in LEAN_META}
+
+
 def read_trace(path: str | Path, lean: bool = False, ids: bool = False) -> Trace:
     """Read any supported profiler output (file or rocprofv3 output directory) into a `Trace`.
 

@@ -163,8 +163,7 @@ def _lean(con: sqlite3.Connection, path: Path, view: str, wanted: dict[str, tupl
         if "device" in keys:
             id_cols["device"] = joined("device", np.int64)
         else:
-            to_host = np.array([d.upper().endswith("TO_HOST") for d in names.names] + [False], dtype=bool)[codes]
-            id_cols["device"] = np.where(to_host, joined("src", np.int64), joined("dst", np.int64))
+            id_cols["device"] = schema.copy_devices(names.names, codes, joined("src", np.int64), joined("dst", np.int64))
     return schema.lean_dispatch_frame(
         codes, names.names, joined("start_ns", np.int64), joined("end_ns", np.int64),
         joined("correlation_id", np.int64), kind, SOURCE, path, lambda i: f"view {view}, row {i + 1}", ids=id_cols)
@@ -174,14 +173,14 @@ def _copies(con: sqlite3.Connection, path: Path) -> pd.DataFrame:
     """Copies of the `memory_copies` view; `device` is the GPU end of each copy."""
     m = _query(con, path, "memory_copies", _COPIES)
     direction = _names(m["name"])
-    to_host = np.array([d.upper().endswith("TO_HOST") for d in direction], dtype=bool)
     return schema.dispatch_frame(
         {
             "kernel": direction,
             "start_ns": _ints(m["start_ns"], path, "memory_copies", "start", True),
             "end_ns": _ints(m["end_ns"], path, "memory_copies", "end", True),
-            "device": np.where(to_host, _ints(m["src"], path, "memory_copies", "src"),
-                               _ints(m["dst"], path, "memory_copies", "dst")),
+            "device": schema.copy_devices(direction, np.arange(len(direction)),
+                                          _ints(m["src"], path, "memory_copies", "src"),
+                                          _ints(m["dst"], path, "memory_copies", "dst")),
             "queue": _ints(m["queue"], path, "memory_copies", "queue_id"),
             "stream": _ints(m["stream"], path, "memory_copies", "stream_id"),
             "correlation_id": _ints(m["correlation_id"], path, "memory_copies", "corr_id"),

@@ -180,10 +180,10 @@ def _read_lean(path: Path, header: list[str], spec: str, name_key: str, kind: st
         id_cols = {c: csvread.int_column(table, optional.get(f"{c}_id"), n, path) for c in ("queue", "stream")}
         if spec == KERNEL:
             id_cols["device"] = csvread.agent_column(table, names["agent_id"], n)
-        else:  # a copy's GPU end: the source agent for *_TO_HOST copies, else the destination
-            to_host = np.array([d.upper().endswith("TO_HOST") for d in distinct] + [False], dtype=bool)[codes]
-            id_cols["device"] = np.where(to_host, csvread.agent_column(table, names["source_agent_id"], n),
-                                         csvread.agent_column(table, names["destination_agent_id"], n))
+        else:
+            id_cols["device"] = schema.copy_devices(distinct, codes,
+                                                    csvread.agent_column(table, names["source_agent_id"], n),
+                                                    csvread.agent_column(table, names["destination_agent_id"], n))
     del table
     return schema.lean_dispatch_frame(codes, distinct, start, end, correlation, kind, SOURCE, path,
                                       csvread.line_label, ids=id_cols)
@@ -218,12 +218,12 @@ def read_memory_copy_trace(path: Path, header: list[str] | None = None) -> tuple
     direction = csvread.string_column(table, names["direction"])
     src = csvread.agent_column(table, names["source_agent_id"], n)
     dst = csvread.agent_column(table, names["destination_agent_id"], n)
-    to_host = direction.str.upper().str.endswith("TO_HOST").to_numpy(dtype=bool)
+    codes, distinct = pd.factorize(direction)
     data = {
         "kernel": direction,
         "start_ns": csvread.int_column(table, names["start_timestamp"], n, path, required=True),
         "end_ns": csvread.int_column(table, names["end_timestamp"], n, path, required=True),
-        "device": np.where(to_host, src, dst),
+        "device": schema.copy_devices(list(distinct), codes, src, dst),
         "queue": None,
         "stream": csvread.int_column(table, optional["stream_id"], n, path),
         "correlation_id": csvread.int_column(table, optional["correlation_id"], n, path),

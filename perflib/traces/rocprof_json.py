@@ -296,9 +296,8 @@ def _copy_rows(cols: dict[str, np.ndarray], strings: dict, agents: dict[Any, int
     copies = {"code": codes, "names": directions, "start_ns": cols["start_ns"], "end_ns": cols["end_ns"],
               "correlation_id": cols["correlation_id"]}
     if "src" in cols:
-        to_host = np.asarray([d.upper().endswith("TO_HOST") for d in directions], dtype=bool)[codes]
-        copies.update(device=_mapped(np.where(to_host, cols["src"], cols["dst"]), agents), queue=-1,
-                      stream=cols["stream"])
+        copies.update(device=_mapped(schema.copy_devices(directions, codes, cols["src"], cols["dst"]), agents),
+                      queue=-1, stream=cols["stream"])
     schema.check_intervals(copies["start_ns"], copies["end_ns"], path, lambda i: f"{here}[{i}]")
     return copies
 

@@ -158,6 +158,13 @@ def kind_codes(values: Any, path: object, label: RowLabel = _row_label_default) 
     return codes.astype(np.int8)
 
 
+def copy_devices(directions: list[str], codes: np.ndarray, src: np.ndarray, dst: np.ndarray) -> np.ndarray:
+    """A copy's `device`, its GPU end: the source agent for a `*_TO_HOST` copy, else the destination.
+    `codes` index each row's direction in `directions` (-1, no direction: the destination)."""
+    to_host = np.array([d.upper().endswith("TO_HOST") for d in directions] + [False], dtype=bool)
+    return np.where(to_host[np.asarray(codes, dtype=np.int64)], src, dst)
+
+
 def lean_dispatch_frame(
     codes: np.ndarray, names: list[str], start: np.ndarray, end: np.ndarray, correlation_id: np.ndarray | None,
     kind: str | np.ndarray, source: str, path: object, label: RowLabel = _row_label_default,
