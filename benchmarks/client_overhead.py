@@ -18,7 +18,9 @@ per token. Goals (issue 14): ≤ 25 µs per token at N = 64 for perflib's client
 server step under it within 1% of the step under the minimal reader. `--rounds R` measures each
 client R times in alternating order and reports the median of the per-round step ratios; the
 `floor` client (a timestamp and an append per read) shows what waking up once per token costs on
-the machine, whatever the reader does.
+the machine, whatever the reader does; `floor-epoll` (one thread, one epoll, at most one wake-up every
+`--coalesce-ms`, the kernel's receive time of each read) what waking less often than tokens arrive
+would save, and how many reads then hold two tokens of one stream (their ITL lost).
 """
 
 from __future__ import annotations
@@ -27,8 +29,11 @@ import argparse
 import asyncio
 import json
 import os
+import select
 import signal
+import socket
 import statistics
+import struct
 import subprocess
 import sys
 import time
@@ -132,6 +137,107 @@ async def perflib_request(client: Any, base_url: str, i: int, max_tokens: int, t
                                     extra_body={"cache_prompt": False}, transport=transport)
     return {"start_ns": rec.start_ns, "end_ns": rec.end_ns, "chunk_ns": rec.chunk_ns, "timings": rec.timings,
             "error": rec.error}
+
+
+# --------------------------------------------------------------------------------------------
+# A reader that wakes less often than tokens arrive (benchmark only)
+
+SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35)
+
+
+def epoll_child(base_url: str, concurrency: int, warmup: float, duration: float, max_tokens: int,
+                coalesce_ms: float) -> dict[str, Any]:
+    """`floor-epoll`: what waking less often than tokens arrive would save. One thread, one epoll over N
+    raw sockets, at most one wake-up every `coalesce_ms` (a sleep after each), one `recvmsg` per ready
+    socket with the kernel's receive time of the data (SO_TIMESTAMPNS, CLOCK_REALTIME moved to
+    CLOCK_MONOTONIC by the offset read at that wake-up) instead of the time of the read. It counts the
+    reads that held more than one token event of a stream: their tokens arrived within one sleep and
+    share one time, so their ITL is lost (why this is not a design for perflib's client)."""
+    host, port = base_url.split("//")[1].split(":")
+    ep = select.epoll()
+    live: dict[int, tuple[socket.socket, dict[str, Any], list[bytes]]] = {}
+    done: list[dict[str, Any]] = []
+    counter = [0]
+    merged = [0]
+
+    def start() -> None:
+        counter[0] += 1
+        sock = socket.create_connection((host, int(port)))
+        sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
+        body = _body(counter[0], max_tokens)
+        sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\n"
+                     b"Connection: close\r\nContent-Length: %d\r\n\r\n" % (host.encode(), len(body)) + body)
+        sock.setblocking(False)
+        ep.register(sock.fileno(), select.EPOLLIN)
+        live[sock.fileno()] = (sock, {"start_ns": mono(), "chunk_ns": [], "timings": None}, [])
+
+    from perflib import metrics
+
+    before = metrics.scrape(base_url)
+    t_before = mono()
+    for _ in range(concurrency):
+        start()
+    w0 = mono() + int(warmup * 1e9)
+    w1 = w0 + int(duration * 1e9)
+    cpu0 = cpu1 = None
+    while True:
+        now = mono()
+        if cpu0 is None and now >= w0:
+            cpu0 = time.process_time()
+        if now >= w1:
+            cpu1 = time.process_time()
+            break
+        events = ep.poll(1.0)
+        offset = time.clock_gettime_ns(time.CLOCK_REALTIME) - mono()
+        for fd, _ in events:
+            sock, rec, tail = live[fd]
+            try:
+                data, ancillary, _, _ = sock.recvmsg(65536, 64)
+            except BlockingIOError:
+                continue
+            if not data:
+                ep.unregister(fd)
+                sock.close()
+                del live[fd]
+                text = b"".join(tail)
+                at = text.find(b'"timings":{')
+                if at >= 0:
+                    rec["timings"] = json.loads(text[at + 10:text.find(b"}", at) + 1])
+                rec["end_ns"] = mono()
+                done.append(rec)
+                start()
+                continue
+            t = mono()
+            for level, kind, value in ancillary:
+                if level == socket.SOL_SOCKET and kind == SO_TIMESTAMPNS:
+                    sec, nsec = struct.unpack("qq", value[:16])
+                    t = sec * 1_000_000_000 + nsec - offset
+            k = data.count(TEXT_TOKEN) - data.count(EMPTY_TEXT)
+            if k:
+                rec["chunk_ns"].extend([t] * k)
+                merged[0] += k > 1
+            tail[:] = (tail + [data])[-3:]
+        if coalesce_ms:
+            time.sleep(coalesce_ms / 1e3)
+    for sock, rec, _ in live.values():  # the ones in flight: their tokens in the window count
+        sock.close()
+        rec["end_ns"] = mono()
+        done.append(rec)
+    after = metrics.scrape(base_url)
+    chunks = [t for rec in done for t in rec["chunk_ns"] if w0 <= t <= w1]
+    completed = [rec for rec in done if rec["timings"] and t_before <= rec["end_ns"]]
+    delta = metrics.diff(before, after, requests=len(completed)).to_dict()
+    itl = [(b - a) / 1e6 for rec in done for a, b in zip(rec["chunk_ns"], rec["chunk_ns"][1:], strict=False)
+           if w0 <= a and b <= w1]
+    return {
+        "client": "floor-epoll", "event_loop": f"epoll, {coalesce_ms:g} ms", "concurrency": concurrency,
+        "window_s": (w1 - w0) / 1e9, "cpu_s": cpu1 - cpu0, "tokens": len(chunks),
+        "cpu_us_per_token": (cpu1 - cpu0) * 1e6 / len(chunks) if chunks else None,
+        "client_itl_median_ms": statistics.median(itl) if itl else None,
+        "server_step_ms_counters": delta.get("decode_step_ms"), "server_step_ms_timings": None,
+        "occupancy": delta.get("occupancy"), "requests_completed": len(completed), "errors": 0, "first_error": None,
+        "coalesce_ms": coalesce_ms, "reads_with_several_tokens": merged[0],
+    }
 
 
 # --------------------------------------------------------------------------------------------
@@ -369,13 +475,16 @@ def main(argv: list[str] | None = None) -> int:
                         help="perflib (its default reader and loop), perflib-httpx (its httpx transport), raw (a "
                              "minimal raw-socket reader on stdlib asyncio), floor (a timestamp and an append per read "
                              "on perflib's loop: the least a reader can cost); raw-uvloop and floor-asyncio: those two on the other "
-                             "loop, which tells the reader's effect on the server's step from its loop's")
+                             "loop, which tells the reader's effect on the server's step from its loop's; floor-epoll: "
+                             "a reader that wakes at most every --coalesce-ms and takes the kernel's receive times")
     parser.add_argument("--rounds", type=int, default=1,
                         help="measure every client this many times at each N, the order reversed every other "
                              "round; the server step of perflib against raw is then a median of paired ratios")
     parser.add_argument("--warmup", type=float, default=3.0, help="s before the window (prefills, ramp-up)")
     parser.add_argument("--duration", type=float, default=10.0, help="window length in s")
     parser.add_argument("--max-tokens", type=int, default=256)
+    parser.add_argument("--coalesce-ms", type=float, default=20.0,
+                        help="floor-epoll: the least time between its wake-ups (default 20 ms)")
     parser.add_argument("--lockstep", type=int, default=0, metavar="B",
                         help="instead of a closed loop over a time window: B batches of N requests started "
                              "together (after one warm-up batch), each waited for whole; every batch asks the "
@@ -394,12 +503,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--base-url", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
 
+    if args.lockstep and "floor-epoll" in args.clients.split(","):
+        parser.error("--lockstep: floor-epoll runs only as a closed loop over a time window")
     if args.serve_tokens:
         serve_tokens(args.serve_tokens)
         return 0
     if args.child:
         from perflib import load
 
+        if args.child == "floor-epoll":
+            print(json.dumps(epoll_child(args.base_url, int(args.concurrency), args.warmup, args.duration,
+                                         args.max_tokens, args.coalesce_ms)))
+            return 0
         coro = (lockstep_child(args.child, args.base_url, int(args.concurrency), args.lockstep, args.max_tokens)
                 if args.lockstep else
                 child(args.child, args.base_url, int(args.concurrency), args.warmup, args.duration, args.max_tokens))
@@ -464,7 +579,8 @@ def llama_rows(args: argparse.Namespace) -> list[dict[str, Any]]:
         for n, rnd, kind in _schedule(levels, args.clients.split(","), args.rounds):
             cmd = [sys.executable, __file__, "--child", kind, "--base-url", handle.base_url,
                    "--concurrency", str(n), "--warmup", str(args.warmup), "--duration", str(args.duration),
-                   "--max-tokens", str(args.max_tokens), "--lockstep", str(args.lockstep)]
+                   "--max-tokens", str(args.max_tokens), "--lockstep", str(args.lockstep),
+                   "--coalesce-ms", str(args.coalesce_ms)]
             proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
             if proc.returncode != 0:
                 raise SystemExit(f"child {kind} N={n} failed:\n{proc.stderr[-2000:]}")
