@@ -49,6 +49,18 @@ def mono() -> int:
     return time.clock_gettime_ns(time.CLOCK_MONOTONIC)
 
 
+def _timings(tail: bytes) -> dict[str, Any] | None:
+    """llama-server's `timings` object from the last bytes of a stream (None where there is none)."""
+    at = tail.find(b'"timings":{')
+    return json.loads(tail[at + 10:tail.find(b"}", at) + 1]) if at >= 0 else None
+
+
+def _window_itl(done: list[dict[str, Any]], w0: int, w1: int) -> list[float]:
+    """ITL in ms of every pair of consecutive token chunks of a request, both inside [w0, w1]."""
+    return [(b - a) / 1e6 for rec in done for a, b in zip(rec["chunk_ns"], rec["chunk_ns"][1:], strict=False)
+            if w0 <= a and b <= w1]
+
+
 def _body(i: int, max_tokens: int) -> bytes:
     return json.dumps({"prompt": f"[{os.getpid()} {i}] tell me about rivers and mountains", "max_tokens": max_tokens,
                        "temperature": 0, "stream": True, "stream_options": {"include_usage": True},
@@ -82,12 +94,7 @@ async def raw_request(host: str, port: int, body: bytes) -> dict[str, Any]:
                 break
     finally:
         writer.close()
-    timings = None
-    at = tail.find(b'"timings":{')
-    if at >= 0:
-        end = tail.find(b"}", at)
-        timings = json.loads(tail[at + 10:end + 1])
-    return {"start_ns": start, "end_ns": mono(), "chunk_ns": chunk_ns, "timings": timings}
+    return {"start_ns": start, "end_ns": mono(), "chunk_ns": chunk_ns, "timings": _timings(tail)}
 
 
 class _FloorProtocol(asyncio.Protocol):
@@ -121,11 +128,7 @@ async def floor_request(host: str, port: int, body: bytes) -> dict[str, Any]:
         if k:
             chunk_ns.extend([t] * k)
     tail = b"".join(data for _, data in proto.reads[-3:])
-    timings = None
-    at = tail.find(b'"timings":{')
-    if at >= 0:
-        timings = json.loads(tail[at + 10:tail.find(b"}", at) + 1])
-    return {"start_ns": start, "end_ns": mono(), "chunk_ns": chunk_ns, "timings": timings}
+    return {"start_ns": start, "end_ns": mono(), "chunk_ns": chunk_ns, "timings": _timings(tail)}
 
 
 async def perflib_request(client: Any, base_url: str, i: int, max_tokens: int, transport: str) -> dict[str, Any]:
@@ -199,10 +202,7 @@ def epoll_child(base_url: str, concurrency: int, warmup: float, duration: float,
                 ep.unregister(fd)
                 sock.close()
                 del live[fd]
-                text = b"".join(tail)
-                at = text.find(b'"timings":{')
-                if at >= 0:
-                    rec["timings"] = json.loads(text[at + 10:text.find(b"}", at) + 1])
+                rec["timings"] = _timings(b"".join(tail))
                 rec["end_ns"] = mono()
                 done.append(rec)
                 start()
@@ -227,8 +227,7 @@ def epoll_child(base_url: str, concurrency: int, warmup: float, duration: float,
     chunks = [t for rec in done for t in rec["chunk_ns"] if w0 <= t <= w1]
     completed = [rec for rec in done if rec["timings"] and t_before <= rec["end_ns"]]
     delta = metrics.diff(before, after, requests=len(completed)).to_dict()
-    itl = [(b - a) / 1e6 for rec in done for a, b in zip(rec["chunk_ns"], rec["chunk_ns"][1:], strict=False)
-           if w0 <= a and b <= w1]
+    itl = _window_itl(done, w0, w1)
     return {
         "client": "floor-epoll", "event_loop": f"epoll, {coalesce_ms:g} ms", "concurrency": concurrency,
         "window_s": (w1 - w0) / 1e9, "cpu_s": cpu1 - cpu0, "tokens": len(chunks),
@@ -328,8 +327,7 @@ async def child(kind: str, base_url: str, concurrency: int, warmup: float, durat
         t_after = mono()
 
     chunks = [t for rec in done for t in rec["chunk_ns"] if w0 <= t <= w1]
-    itl = [(b - a) / 1e6 for rec in done for a, b in zip(rec["chunk_ns"], rec["chunk_ns"][1:], strict=False)
-           if w0 <= a and b <= w1]
+    itl = _window_itl(done, w0, w1)
     # the scrapes bracket the whole run, so every request's tokens are in the counter deltas
     completed = [rec for rec in done if rec["timings"] and t_before <= rec["end_ns"] <= t_after]
     delta = metrics.diff(before, after, requests=len(completed)).to_dict()
