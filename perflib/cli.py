@@ -71,13 +71,7 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"perflib {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name in names:
-        try:
-            module = importlib.import_module(f"perflib.commands.{name}")
-        except ModuleNotFoundError as exc:  # a command whose module is not there yet
-            if exc.name != f"perflib.commands.{name}":
-                raise
-            continue
-        module.register(sub)
+        importlib.import_module(f"perflib.commands.{name}").register(sub)
     return parser
 
 
@@ -141,6 +135,3 @@ def _call(args: argparse.Namespace) -> int:
         print("perflib: interrupted; records already written are kept", file=sys.stderr)
         return 130
 
-
-if __name__ == "__main__":
-    entry()

@@ -25,8 +25,7 @@ import pandas as pd
 
 from perflib import attribution, rundir
 from perflib.errors import PerflibError
-from perflib.traces.parquet import write_trace_parquet
-from perflib.traces.read import file_meta
+from perflib.traces import file_meta, write_trace_parquet
 
 
 @dataclass(frozen=True)

@@ -96,7 +96,7 @@ def _read_trace_cached(path: Path) -> Any:
     """`read_trace`, keeping the last trace read: a server profiled once for a whole sweep has one
     trace (`profiler.output` without per-run fields) that every run of the sweep windows, and reading
     it once per run would repeat the slowest step of the report. Keyed on path, size and mtime. Read
-    lean (`read_trace(lean=True)`): a minutes-long trace costs memory by its dispatches, not by its file,
+    lean (`ReadMode.LEAN`): a minutes-long trace costs memory by its dispatches, not by its file,
     and every figure attributed from it is the full read's (tests/traces/test_lean.py)."""
     stat = path.stat()
     return _read_trace_keyed(str(path.resolve()), stat.st_size, stat.st_mtime_ns)
@@ -104,7 +104,7 @@ def _read_trace_cached(path: Path) -> Any:
 
 @functools.lru_cache(maxsize=1)
 def _read_trace_keyed(path: str, size: int, mtime_ns: int) -> Any:
-    return traces.read_trace(path, lean=True)
+    return traces.read_trace(path, mode=traces.ReadMode.LEAN)
 
 
 def trace_rows(campaign: Campaign, arm: str, backend: str, run_dir: Path, keys: dict[str, Any],

@@ -80,17 +80,9 @@ class CampaignView:
     def before_after(self) -> pd.DataFrame:
         return page_tables.before_after_table(self.tables, [a.name for a in self.campaign.compared_arms])
 
-    def traced_overhead(self) -> pd.DataFrame:
-        """Traced arms against the arm they trace, at batch 1 (the profiler's overhead)."""
-        return page_tables.traced_overhead_table(self.tables, self.campaign)
-
     def profile(self) -> pd.DataFrame:
         """Per traced level: steps, step ms, GPU busy and host gap ms per step."""
         return page_tables.trace_level_table(self.tables)
-
-    def batch_classes(self) -> pd.DataFrame:
-        """Batch 1 to batch B by kernel class (ms per step, ratio, ratio over B)."""
-        return page_tables.batch_class_table(self.tables)
 
     def reference_ratio(self) -> pd.DataFrame:
         return page_tables.ratio_table(self.tables, [b.name for b in self.campaign.backends],

@@ -142,3 +142,67 @@ def test_functions_are_short_or_say_why():
             if lines > FUNCTION_LINES and "Long:" not in doc:
                 long.append(f"{path.relative_to(REPO)}:{node.lineno} {node.name} ({lines} lines)")
     assert long == []
+
+
+TRACES = "perflib.traces"
+
+
+def traces_exports() -> set[str]:
+    """The names `perflib.traces` exports (its `__all__`), read from its source."""
+    for node in ast.parse((PACKAGE / "traces" / "__init__.py").read_text()).body:
+        if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "__all__" for t in node.targets):
+            return set(ast.literal_eval(node.value))
+    raise AssertionError("perflib/traces/__init__.py has no __all__")
+
+
+def trace_reach(mods: dict[str, Path], exported: set[str]) -> dict[str, list[str]]:
+    """Module outside `perflib.traces` -> what it takes from there: `ok NAME` for an exported name
+    (`from perflib.traces import NAME`, or `traces.NAME` after `from perflib import traces`), `BAD ...`
+    for a submodule of the package (a reader, the registry's internals) or a name it does not export.
+    Imports inside functions count."""
+    out: dict[str, list[str]] = {}
+    for name, path in mods.items():
+        if name == TRACES or name.startswith(TRACES + "."):
+            continue
+        tree = ast.parse(path.read_text())
+        seen: list[str] = []
+        aliases: set[str] = set()
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.module == TRACES:
+                seen += [f"{'ok' if a.name in exported else 'BAD'} {a.name}" for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module and node.module.startswith(TRACES + "."):
+                seen.append(f"BAD from {node.module}")
+            elif isinstance(node, ast.ImportFrom) and node.module == "perflib":
+                aliases |= {a.asname or a.name for a in node.names if a.name == "traces"}
+            elif isinstance(node, ast.Import):
+                seen += [f"BAD import {a.name}" for a in node.names if a.name.startswith(TRACES)]
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in aliases:
+                seen.append(f"{'ok' if node.attr in exported else 'BAD'} {node.attr}")
+        if seen:
+            out[name] = seen
+    return out
+
+
+def test_traces_are_reached_only_through_the_package_exports():
+    """Outside `perflib.traces` nothing imports a reader module or the registry's internals: only what
+    `perflib.traces` exports (`read_trace` with a `ReadMode`, `detect_format`, `FORMATS`, the prefetch,
+    ...), so that a format is one module and one registry entry. The trace CLI, the cut, derive and the
+    campaign's captures read traces, so they must appear here, each through the exports alone."""
+    reach = trace_reach(modules(), traces_exports())
+    bad = {m: [s for s in seen if s.startswith("BAD")] for m, seen in reach.items()}
+    assert {m: s for m, s in bad.items() if s} == {}
+    assert {"perflib.commands.trace", "perflib.cut", "perflib.derive", "perflib.campaign.captures"} <= set(reach)
+
+
+def test_the_trace_reach_check_sees_readers_imported_anywhere(tmp_path):
+    """A reader imported inside a function, a submodule attribute of the package and a name the package
+    does not export are each caught."""
+    mods = {"perflib.commands.trace": tmp_path / "a.py", "perflib.cut": tmp_path / "b.py"}
+    mods["perflib.commands.trace"].write_text(
+        "def f():\n    from perflib.traces import rocprof_csv, read_trace\n    from perflib.traces.prefetch import start\n")
+    mods["perflib.cut"].write_text("from perflib import traces\nx = traces.parquet.write_table\ny = traces.read_trace\n")
+    assert {m: sorted(seen) for m, seen in trace_reach(mods, {"read_trace"}).items()} == {
+        "perflib.commands.trace": ["BAD from perflib.traces.prefetch", "BAD rocprof_csv", "ok read_trace"],
+        "perflib.cut": ["BAD parquet", "ok read_trace"],
+    }

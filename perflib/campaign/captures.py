@@ -55,7 +55,7 @@ def collect_segment(segment: Segment, data: Path, keep_repeats: int | None = Non
         if not capture.exists():
             raise PerflibError(f"{capture}: the {segment.capture.kind} capture was not written (did the profiler "
                                "run and the server stop within its grace period?)")
-        trace = traces.read_trace(capture, lean=True, ids=True)  # a lifetime: bounded by its dispatches
+        trace = traces.read_trace(capture, traces.ReadMode.LEAN_IDS)  # a lifetime: bounded by its dispatches
     except (PerflibError, OSError, ValueError) as exc:
         _note_runs(runs, data, f"capture {capture} could not be read: {exc}")
         return Collected(capture, errors=tuple((r.label, f"capture {capture}: {exc}") for r in runs))

@@ -101,32 +101,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     c.set_defaults(func=run_cut)
 
 
-def _read(path: str, pre: object):  # -> Trace; pre: prefetch.Prefetch | None
-    """The trace, from the prefetched Kineto columns where the child delivered them, else the lean read
-    (`read_trace(lean=True)`: the dispatch columns a summary uses, memory bounded by the dispatches,
-    not the file; the same figures to the ns), which also gives the precise error for a bad file. Both
-    give the same lean Trace."""
-    from pathlib import Path
+def _read(path: str, pre: object):  # -> Trace; pre: what traces.start_prefetch gave
+    """The trace, from the prefetch where it delivered (Kineto columns from the child, CSV columns from
+    the thread), else the lean read (`ReadMode.LEAN`: the dispatch columns a summary uses, memory bounded
+    by the dispatches, not the file; the same figures to the ns), which also gives the precise error for
+    a bad file. Both give the same lean Trace."""
+    from perflib.traces import ReadMode, read_trace
 
-    from perflib.traces import prefetch
-
-    trace = None
-    if isinstance(pre, prefetch.ArrowCSV):
-        parsed = pre.result()
-        if parsed is not None:
-            from perflib.traces import rocprof_csv, rocprof_dir
-
-            header, table = parsed
-            frame, meta = rocprof_csv.read_kernel_trace_lean(Path(path), header, table)
-            return rocprof_dir.trace_of_parts([{"dispatches": frame, "meta": {"table": rocprof_csv.KERNEL, **meta}}],
-                                              Path(path))
-    elif isinstance(pre, prefetch.Prefetch):
-        trace = pre.trace()
-    if trace is None:
-        from perflib.traces import read_trace  # every reader: not loaded where the child delivered
-
-        trace = read_trace(path, lean=True)
-    return trace
+    trace = pre.trace() if pre is not None else None
+    return trace if trace is not None else read_trace(path, ReadMode.LEAN)
 
 
 def _window(args: argparse.Namespace, trace: object):  # -> tuple[Window | None, StepCount | None]
@@ -154,7 +137,6 @@ def _warm(args: argparse.Namespace) -> None:
     later, in its place among the summary's errors."""
     from perflib import classes
     from perflib.errors import PerflibError
-    from perflib.traces import kineto_stream  # noqa: F401 - imported for the prefetch's trace()
 
     try:
         for backend in classes.builtin_backends() if args.backend == "auto" else [args.backend]:
@@ -165,13 +147,14 @@ def _warm(args: argparse.Namespace) -> None:
 
 def run_summary(args: argparse.Namespace) -> int:
     """Read the trace, summarise the window, print a table or one JSON object."""
-    from perflib.traces import prefetch
+    from perflib.traces import start_prefetch
 
     # a large Kineto file is parsed in a child, a large kernel_trace.csv in a thread, while pandas imports here
-    pre = prefetch.start(args.path) or prefetch.start_csv(args.path)
+    pre = start_prefetch(args.path)
     from perflib import attribution, classes
 
-    if isinstance(pre, prefetch.Prefetch):
+    if pre is not None and pre.forked:
+        pre.warm()
         _warm(args)
     trace = _read(args.path, pre)
     window, counted = _window(args, trace)
@@ -202,9 +185,9 @@ def run_cut(args: argparse.Namespace) -> int:
     import json
 
     from perflib.cut import cut_into_runs
-    from perflib.traces import read_trace
+    from perflib.traces import ReadMode, read_trace
 
-    trace = read_trace(args.path, lean=True, ids=True)
+    trace = read_trace(args.path, ReadMode.LEAN_IDS)
     cuts = cut_into_runs(trace, args.runs_dir, margin_ns=int(args.margin_ms * 1e6), repeats=args.repeats,
                          replace=args.replace)
     if args.json:

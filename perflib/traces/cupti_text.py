@@ -28,7 +28,7 @@ import numpy as np
 
 from perflib.errors import InputError
 from perflib.traces import cupti_layouts, files, schema
-from perflib.traces.trace import Trace
+from perflib.traces.trace import ReadMode, Trace
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -566,13 +566,13 @@ def _lean_api(table: _Table) -> pd.DataFrame:
     return frame
 
 
-def read_cupti_text(path: Path, lean: bool = False, ids: bool = False) -> Trace:
+def read_cupti_text(path: Path, mode: ReadMode = ReadMode.FULL) -> Trace:
     """A `cupti_trace_injection` stdout capture (`.txt`, `.log`, `.gz`) -> Trace, read in chunks.
 
-    `lean`: the dispatches as `schema.LEAN_DISPATCH_COLUMNS` (names as a categorical, no device or
-    stream; `ids`: with them) and the API names and domains as categoricals, what `trace summary` reads."""
+    A lean `mode`: the dispatches as `schema.LEAN_DISPATCH_COLUMNS` (names as a categorical, no device or
+    stream; LEAN_IDS: with them) and the API names and domains as categoricals, what `trace summary` reads."""
     path = Path(path)
-    reader = _Reader(path, lean, ids)
+    reader = _Reader(path, mode.lean, mode.ids)
     with files.read_ahead(path, BLOCK) as blocks:
         for data, final in _chunks(blocks, path):
             reader.add(data, final)

@@ -1,11 +1,14 @@
-"""Which profiler wrote a file: told from its bytes (and, for CSV, its name), never from a guess.
+"""What format detection looks at in a file: its first bytes, its (gunzipped) head, its name and, for
+a SQLite database, its tables; never a guess. Which format each of those means is the registry's
+business (`perflib.traces.formats`): this module only reads.
 
-Light on purpose (no pandas or numpy): `perflib.traces.prefetch` calls it before the heavy imports.
+Light on purpose (no pandas or numpy): `perflib.traces.prefetch` detects before the heavy imports.
 """
 
 from __future__ import annotations
 
-import re
+from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 
 from perflib.errors import InputError
@@ -14,65 +17,61 @@ from perflib.traces import files
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
 PARQUET_MAGIC = b"PAR1"
-NSYS_TABLES = ("StringIds", "CUPTI_ACTIVITY_KIND_KERNEL", "TARGET_INFO_SESSION_START_TIME", "NVTX_EVENTS")
-_CUPTI_RECORD = re.compile(
-    rb"^(CONCURRENT_KERNEL|KERNEL|RUNTIME|DRIVER|MEMCPY|MEMSET)\b.*\[\s*\d+\s*,\s*\d+\s*\]", re.M
-)
 
 
-def sqlite_flavour(path: Path) -> str:
-    """`rocpd` or `nsys-sqlite`; anything else is an `InputError` saying what was expected."""
-    from perflib.traces import sqlite  # sqlite3 only for databases: not before the Kineto prefetch forks
+@dataclass(frozen=True)
+class Probe:
+    """One file or directory as detection sees it. `magic`: the first 16 raw bytes; `head`: the first
+    64 KiB, gunzipped where gzip, read only for a file that is neither Parquet nor SQLite (their magic
+    says enough); `name`: the lower-cased name without `.gz`. `sqlite_tables` opens a database on first
+    use only."""
 
-    try:
-        with sqlite.reading(path) as con:
-            names = sqlite.objects(con)
-    except sqlite.ERRORS as exc:  # a damaged file: the header read, its schema does not
-        raise InputError(path, "sqlite_master", "a readable SQLite database", files.said(exc)) from exc
-    if "rocpd_metadata" in names or any(n.startswith("rocpd_") for n in names):
-        return "rocpd"
-    if any(n in names for n in NSYS_TABLES):
-        return "nsys-sqlite"
-    raise InputError(
-        path,
-        "sqlite_master",
-        "a rocpd database (rocpd_metadata and the kernels/regions/memory_copies views) or an Nsight "
-        "Systems export (StringIds, CUPTI_ACTIVITY_KIND_KERNEL, ...)",
-        "tables " + (", ".join(sorted(names)[:12]) or "none"),
-    )
+    path: Path
+    is_dir: bool
+    magic: bytes = b""
+    head: bytes = b""
+    name: str = ""
+
+    @property
+    def parquet(self) -> bool:
+        return self.magic.startswith(PARQUET_MAGIC)
+
+    @property
+    def sqlite(self) -> bool:
+        return self.magic.startswith(SQLITE_MAGIC)
+
+    @property
+    def binary(self) -> bool:
+        """Parquet or SQLite: told by the magic, never by the name or the text."""
+        return self.parquet or self.sqlite
+
+    @cached_property
+    def sqlite_tables(self) -> frozenset[str]:
+        """The tables and views of a SQLite file; a damaged one (the header read, its schema does not)
+        is an `InputError`."""
+        from perflib.traces import sqlite  # sqlite3 only for databases: not before the Kineto prefetch forks
+
+        try:
+            with sqlite.reading(self.path) as con:
+                return frozenset(sqlite.objects(con))
+        except sqlite.ERRORS as exc:
+            raise InputError(self.path, "sqlite_master", "a readable SQLite database", files.said(exc)) from exc
 
 
-def detect_format(path: str | Path) -> str:
-    """The format id of a file or directory (`rocprofv3-dir`, `rocprofv3-csv`, `kineto`, ...)."""
+def probe(path: str | Path) -> Probe:
+    """Read what detection needs of `path`: a directory as it is; a file only where it exists and is
+    regular (a FIFO would block the read forever, a device never end), else an `InputError`."""
     path = Path(path)
     if path.is_dir():
-        return "rocprofv3-dir"
+        return Probe(path, True)
     if not path.exists():
         raise InputError(path, None, "an existing trace file or rocprofv3 output directory", "nothing there")
     problem = not_regular(path)
-    if problem is not None:  # a FIFO would block the read below forever, a device never end
+    if problem is not None:
         raise InputError(path, None, "a trace file (a regular file) or rocprofv3 output directory", problem)
     with open(path, "rb") as fh:
-        raw_head = fh.read(16)
-    if raw_head.startswith(PARQUET_MAGIC):
-        return "perflib-parquet"
-    if raw_head.startswith(SQLITE_MAGIC):
-        return sqlite_flavour(path)
-    head = files.read_head(path)
-    name = files.base_name(path)
-    stripped = head.lstrip()
-    if name.endswith(".csv"):
-        return "rocprofv3-csv"
-    if stripped.startswith(b"{"):
-        if b'"rocprofiler-sdk-tool"' in head:
-            return "rocprofv3-json"
-        return "kineto"
-    if _CUPTI_RECORD.search(head):
-        return "cupti-text"
-    raise InputError(
-        path,
-        "byte 0",
-        "a known trace format: rocprofv3 CSV/JSON/rocpd, legacy rocprof results.csv, Kineto JSON, "
-        "Nsight Systems SQLite, CUPTI activity text or a perflib trace .parquet",
-        repr(head[:40]),
-    )
+        magic = fh.read(16)
+    found = Probe(path, False, magic, name=files.base_name(path))
+    if found.binary:
+        return found
+    return Probe(path, False, magic, files.read_head(path), found.name)

@@ -28,7 +28,7 @@ from perflib.errors import InputError
 from perflib.traces import files, json_stream, kineto
 from perflib.traces.codebook import Names
 from perflib.traces.json_stream import Table, Text
-from perflib.traces.trace import Trace
+from perflib.traces.trace import ReadMode, Trace
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -46,6 +46,14 @@ def _split(cols: dict[str, list], cats: tuple[str, ...]) -> list[tuple[str, slic
         out.append((cat, slice(at, at + n)))
         at += n
     return out
+
+
+def read(path: Path, mode: ReadMode = ReadMode.FULL) -> Trace:
+    """A Kineto trace in `mode`: FULL parses it whole (`kineto.read_kineto`), a lean mode streams it
+    (`read_kineto_lean`)."""
+    if mode.lean:
+        return read_kineto_lean(path, mode.ids)
+    return kineto.read_kineto(path)
 
 
 def read_kineto_lean(path: Path, ids: bool = False) -> Trace:

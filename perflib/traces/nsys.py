@@ -34,7 +34,7 @@ from perflib.traces import schema
 from perflib.traces.codebook import Names
 from perflib.traces.files import said
 from perflib.traces.sqlite import ERRORS, columns, fetch, objects, reading
-from perflib.traces.trace import Trace
+from perflib.traces.trace import ReadMode, Trace
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -317,11 +317,11 @@ def _shift_to_unix(tables: tuple[pd.DataFrame, ...], session: dict[str, Any]) ->
     return True, f"session-relative times{within}, shifted by utcEpochNs {epoch}"
 
 
-def read_nsys(path: Path, lean: bool = False, ids: bool = False) -> Trace:
-    """An nsys SQLite export -> Trace; `lean`: the dispatches as a lean table fetched in chunks (`ids`:
-    with device and stream), and the runtime calls read only where there are NVTX ranges to place on
-    the kernels they launched (the only use a summary has for them; `meta["api"]` says so)."""
-    path = Path(path)
+def read_nsys(path: Path, mode: ReadMode = ReadMode.FULL) -> Trace:
+    """An nsys SQLite export -> Trace; a lean `mode`: the dispatches as a lean table fetched in chunks
+    (LEAN_IDS: with device and stream), and the runtime calls read only where there are NVTX ranges to
+    place on the kernels they launched (the only use a summary has for them; `meta["api"]` says so)."""
+    path, lean, ids = Path(path), mode.lean, mode.ids
     try:
         with reading(path) as con:
             names = objects(con)

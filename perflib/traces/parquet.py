@@ -19,12 +19,11 @@ from typing import TYPE_CHECKING, Any
 
 from perflib.errors import InputError
 from perflib.traces.files import said
-from perflib.traces.trace import CLOCKS
+from perflib.traces.trace import CLOCKS, ReadMode, Trace
 
 if TYPE_CHECKING:
     import numpy as np
-
-    from perflib.traces.trace import Trace
+    import pandas as pd
 
 PARQUET_MAGIC = b"PAR1"
 _META_KEY = b"perflib.trace"
@@ -49,6 +48,17 @@ def write_trace_parquet(trace: Trace, path: str | Path, start_ns: int | None = N
     path = Path(path)
     write_table(table, path)
     return path
+
+
+def write_dispatches(dispatches: pd.DataFrame, path: str | Path) -> Path:
+    """A dispatch table alone as a perflib trace file: clock unknown, the source its rows name (the
+    registry's writer, `perflib.traces.formats`; a cut writes a whole Trace with `write_trace_parquet`)."""
+    from perflib.traces import schema
+
+    sources = dispatches["source"].astype(str).unique() if len(dispatches) else []
+    source = str(sources[0]) if len(sources) == 1 else "perflib-parquet"
+    trace = Trace(dispatches, schema.empty_api(source), schema.empty_markers(source), "unknown", source, str(path))
+    return write_trace_parquet(trace, path)
 
 
 def write_table(table, path: str | Path) -> None:
@@ -164,7 +174,6 @@ def _column(table: Any, c: str, path: Path) -> np.ndarray:
 
 def _trace(dispatches: Any, info: dict[str, Any], path: Path) -> Trace:
     from perflib.traces import schema
-    from perflib.traces.trace import Trace
 
     source = info.get("source", "perflib-parquet")
     meta = dict(info.get("meta") or {})
@@ -172,6 +181,14 @@ def _trace(dispatches: Any, info: dict[str, Any], path: Path) -> Trace:
     meta["cut"] = info.get("cut")
     return Trace(dispatches=dispatches, api=schema.empty_api(source), markers=schema.empty_markers(source),
                  clock=info.get("clock", "unknown"), source=source, path=str(path), meta=meta)
+
+
+def read(path: str | Path, mode: ReadMode = ReadMode.FULL) -> Trace:
+    """A perflib trace file in `mode`: every column (`read_trace_parquet`) or the lean ones only
+    (`read_trace_parquet_lean`)."""
+    if mode.lean:
+        return read_trace_parquet_lean(path, mode.ids)
+    return read_trace_parquet(path)
 
 
 def read_trace_parquet(path: str | Path) -> Trace:

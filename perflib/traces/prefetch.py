@@ -6,7 +6,7 @@ perflib's attribution before it can use the parsed trace. The streamed read of `
 numpy but not pandas up to its tables (`kineto_stream.read_tables`: the events parsed in chunks,
 selected and reduced to numpy columns), so on a machine with two or more cores a forked child does
 that in parallel and hands the tables back through a pipe, pickled; the parent makes the lean Trace
-of them (`kineto_stream.trace_of_tables`), the very Trace `read_trace(path, lean=True)` gives. Anything
+of them (`kineto_stream.trace_of_tables`), the very Trace `read_trace(path, ReadMode.LEAN)` gives. Anything
 unexpected in the child (a bad file included) makes `trace()` return None, and the caller reads the
 file the normal way, which raises the usual error that names the file and the field.
 
@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from perflib.errors import PerflibError
-from perflib.traces.detect import detect_format
+from perflib.traces.formats import detect_format
 
 if TYPE_CHECKING:
     from perflib.traces.trace import Trace
@@ -38,6 +38,9 @@ MAX_BYTES = 64 << 20
 
 class Prefetch:
     """A forked child parsing `path` (see the module docstring); `trace()` collects it once."""
+
+    forked = True
+    """A child process parses: the caller's own loading overlaps it (`warm`)."""
 
     def __init__(self, path: Path) -> None:
         # numpy before the fork: both processes need it, and the child then has it without importing
@@ -75,6 +78,12 @@ class Prefetch:
                 except Exception:  # noqa: BLE001 - any fault: the caller reads the file itself
                     self._value = None
         return self._value
+
+    @staticmethod
+    def warm() -> None:
+        """Load the reader `trace()` uses, while the child parses: work done where the caller would
+        otherwise wait."""
+        from perflib.traces import kineto_stream  # noqa: F401 - imported for trace(), early on purpose
 
     def trace(self) -> Trace | None:
         """The lean Trace of the child's tables, or None where the child failed or they make no Trace
@@ -121,6 +130,9 @@ class ArrowCSV:
     imports pandas: pyarrow's reader runs without the GIL, pandas' import holds it, so on two cores
     they overlap. `result()` is (header, pyarrow table), or None on any fault (read it normally then)."""
 
+    forked = False
+    """A thread parses, without the GIL: nothing to overlap beyond the caller's pandas import."""
+
     def __init__(self, path: Path, header: list[str]) -> None:
         import threading
 
@@ -148,6 +160,20 @@ class ArrowCSV:
         self._thread.join()
         return self._value
 
+    def trace(self) -> Trace | None:
+        """The lean Trace of the parsed columns (`ReadMode.LEAN`'s, to the row), or None where the thread
+        failed: read the file normally then, which names the fault. Columns it parsed but the reader's
+        checks refuse raise the reader's own error."""
+        parsed = self.result()
+        if parsed is None:
+            return None
+        from perflib.traces import rocprof_csv, rocprof_dir  # pandas: imported by now, after the parse began
+
+        header, table = parsed
+        frame, meta = rocprof_csv.read_kernel_trace_lean(self.path, header, table)
+        return rocprof_dir.trace_of_parts([{"dispatches": frame, "meta": {"table": rocprof_csv.KERNEL, **meta}}],
+                                          self.path)
+
 
 def start_csv(path: str | Path, min_bytes: int | None = None) -> ArrowCSV | None:
     """Start parsing a plain (not gzipped) rocprofv3 kernel_trace.csv of `min_bytes` or more in a thread,
@@ -172,6 +198,13 @@ def start_csv(path: str | Path, min_bytes: int | None = None) -> ArrowCSV | None
     if not {"kernel_name", "start_timestamp", "end_timestamp", "agent_id"} <= cols or "counter_name" in cols:
         return None
     return ArrowCSV(path, header)
+
+
+def start_prefetch(path: str | Path) -> Prefetch | ArrowCSV | None:
+    """A large Kineto file parsed in a forked child (`start`), else a large kernel_trace.csv in a thread
+    (`start_csv`), else None (read it the normal way). Call it before importing pandas; then `trace()`
+    is the lean Trace or None."""
+    return start(path) or start_csv(path)
 
 
 def start(path: str | Path, min_bytes: int = MIN_BYTES, max_bytes: int = MAX_BYTES) -> Prefetch | None:

@@ -20,7 +20,7 @@ from perflib.traces.codebook import Names
 from perflib.traces.files import said
 from perflib.traces.rocprof import ROCPROF_CLOCK, ROCPROF_CLOCK_CANDIDATES
 from perflib.traces.sqlite import ERRORS, columns, fetch, objects, reading
-from perflib.traces.trace import Trace
+from perflib.traces.trace import ReadMode, Trace
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -260,9 +260,9 @@ def _metadata(con: sqlite3.Connection, path: Path) -> dict[str, Any]:
             for tag, value in rows if tag is not None}
 
 
-def read_rocpd(path: Path, lean: bool = False, ids: bool = False) -> Trace:
-    """A rocpd database -> Trace (kernels + copies, HIP/HSA API regions, marker regions); `lean`: the
-    dispatches as a lean table read in chunks (`_lean`; `ids`: with device, queue and stream)."""
+def read_rocpd(path: Path, mode: ReadMode = ReadMode.FULL) -> Trace:
+    """A rocpd database -> Trace (kernels + copies, HIP/HSA API regions, marker regions); a lean `mode`:
+    the dispatches as a lean table read in chunks (`_lean`; LEAN_IDS: with device, queue and stream)."""
     path = Path(path)
     try:
         with reading(path) as con:
@@ -273,10 +273,10 @@ def read_rocpd(path: Path, lean: bool = False, ids: bool = False) -> Trace:
                     path, "sqlite_master", f"rocpd views {', '.join(ROCPD_VIEWS)}", f"no {', '.join(missing)}"
                 )
             meta_rows = _metadata(con, path)
-            if lean:
-                frames = [_lean(con, path, "kernels", _KERNELS, "kernel", ids)]
+            if mode.lean:
+                frames = [_lean(con, path, "kernels", _KERNELS, "kernel", mode.ids)]
                 if "memory_copies" in names:
-                    frames.append(_lean(con, path, "memory_copies", _COPIES, "memcpy", ids))
+                    frames.append(_lean(con, path, "memory_copies", _COPIES, "memcpy", mode.ids))
             else:
                 frames = [_kernels(con, path)]
                 if "memory_copies" in names:

@@ -17,6 +17,7 @@ import pandas as pd
 
 from perflib.errors import InputError
 from perflib.traces import csvread, files, rocprof_legacy, schema
+from perflib.traces.trace import ReadMode
 
 SOURCE = "rocprofv3-csv"
 
@@ -419,24 +420,24 @@ def stem_kind(path: Path) -> str | None:
     return None
 
 
-def read_csv_file(path: Path, lean: bool = False, ids: bool = False) -> dict[str, Any]:
-    """One CSV file -> parts of a Trace: {'dispatches', 'api', 'markers', 'meta'}; `lean`: the
-    dispatches as a lean table (`read_kernel_trace_lean`; `ids`: with device, queue and stream)."""
+def read_csv_file(path: Path, mode: ReadMode = ReadMode.FULL) -> dict[str, Any]:
+    """One CSV file -> parts of a Trace: {'dispatches', 'api', 'markers', 'meta'}; a lean `mode`: the
+    dispatches as a lean table (`read_kernel_trace_lean`; LEAN_IDS: with device, queue and stream)."""
     header = csvread.header_of(path)
     kind = classify(header)
     parts: dict[str, Any] = {"meta": {"table": kind}}
     if kind == KERNEL:
-        parts["dispatches"], meta = (read_kernel_trace_lean(path, header, ids=ids) if lean
+        parts["dispatches"], meta = (read_kernel_trace_lean(path, header, ids=mode.ids) if mode.lean
                                      else read_kernel_trace(path, header))
         parts["meta"].update(meta)
     elif kind == MEMCPY:
-        parts["dispatches"], meta = (read_memory_copy_trace_lean(path, header, ids) if lean
+        parts["dispatches"], meta = (read_memory_copy_trace_lean(path, header, mode.ids) if mode.lean
                                      else read_memory_copy_trace(path, header))
         parts["meta"].update(meta)
     elif kind == API:
         parts["api"], parts["markers"] = read_api_trace(path, header)
     elif kind == LEGACY:
-        return rocprof_legacy.read_results_csv(path, header, lean, ids)
+        return rocprof_legacy.read_results_csv(path, header, mode)
     elif kind is None:
         raise InputError(
             path,

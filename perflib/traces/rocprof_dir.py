@@ -13,7 +13,7 @@ from typing import Any
 from perflib.errors import InputError
 from perflib.traces import rocpd, rocprof_csv, rocprof_json, rocprof_json_stream, rocprof_legacy, schema
 from perflib.traces.rocprof import ROCPROF_CLOCK, ROCPROF_CLOCK_CANDIDATES
-from perflib.traces.trace import Trace
+from perflib.traces.trace import ReadMode, Trace
 
 
 def _trace(parts: list[dict[str, Any]], source: str, path: Path, meta: dict[str, Any]) -> Trace:
@@ -32,10 +32,9 @@ def _trace(parts: list[dict[str, Any]], source: str, path: Path, meta: dict[str,
     return Trace(dispatches, api, markers, ROCPROF_CLOCK, source, str(path), meta)
 
 
-def read_csv_trace(path: Path, lean: bool = False, ids: bool = False) -> Trace:
-    """One rocprofv3 (or legacy rocprof) CSV file as a Trace (`lean`: its dispatches as a lean table;
-    `ids`: with device, queue and stream)."""
-    return trace_of_parts([rocprof_csv.read_csv_file(path, lean, ids)], path)
+def read_csv_trace(path: Path, mode: ReadMode = ReadMode.FULL) -> Trace:
+    """One rocprofv3 (or legacy rocprof) CSV file as a Trace, read in `mode` (`ReadMode`)."""
+    return trace_of_parts([rocprof_csv.read_csv_file(path, mode)], path)
 
 
 def trace_of_parts(parts: list[dict[str, Any]], path: Path) -> Trace:
@@ -45,21 +44,20 @@ def trace_of_parts(parts: list[dict[str, Any]], path: Path) -> Trace:
     return _trace([part], source, path, dict(part.get("meta", {})))
 
 
-def read_directory(directory: Path, lean: bool = False, ids: bool = False) -> Trace:
+def read_directory(directory: Path, mode: ReadMode = ReadMode.FULL) -> Trace:
     """Every rocprofv3 trace under `directory`, merged; CSV first, then rocpd, then JSON, then legacy
-    rocprof `results.csv` (`lean`: the dispatches as lean tables, the JSON read as a stream; `ids`:
-    with device, queue and stream)."""
+    rocprof `results.csv`, each read in `mode` (a lean mode reads the JSON as a stream)."""
     found = rocprof_csv.find_outputs(directory)
     if found["csv"]:
-        parts = [rocprof_csv.read_csv_file(p, lean, ids) for p in found["csv"]]
+        parts = [rocprof_csv.read_csv_file(p, mode) for p in found["csv"]]
         versions = sorted({p["meta"]["header_version"] for p in parts if "header_version" in p["meta"]})
         meta = {"files": [str(p) for p in found["csv"]], "header_versions": versions}
         return _trace(parts, rocprof_csv.SOURCE, directory, meta)
     if found["db"] or found["json"]:
         if found["db"]:
-            traces = [rocpd.read_rocpd(p, lean, ids) for p in found["db"]]
-        elif lean:
-            traces = [rocprof_json_stream.read_json_lean(p, ids) for p in found["json"]]
+            traces = [rocpd.read_rocpd(p, mode) for p in found["db"]]
+        elif mode.lean:
+            traces = [rocprof_json_stream.read_json_lean(p, mode.ids) for p in found["json"]]
         else:
             traces = [rocprof_json.read_json(p) for p in found["json"]]
         if len(traces) == 1:
@@ -77,7 +75,7 @@ def read_directory(directory: Path, lean: bool = False, ids: bool = False) -> Tr
         meta = {**traces[0].meta, "files": [t.path for t in traces]}
         return _trace(parts, traces[0].source, directory, meta)
     if found["legacy"]:
-        parts = [rocprof_legacy.read_results_csv(p, lean=lean, ids=ids) for p in found["legacy"]]
+        parts = [rocprof_legacy.read_results_csv(p, mode=mode) for p in found["legacy"]]
         return _trace(parts, rocprof_legacy.SOURCE, directory, {"files": [str(p) for p in found["legacy"]]})
     raise InputError(
         directory,

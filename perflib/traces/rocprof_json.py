@@ -21,7 +21,7 @@ from perflib.traces import json_stream, schema
 from perflib.traces.codebook import Names
 from perflib.traces.files import gc_paused, load_json
 from perflib.traces.rocprof import ROCPROF_CLOCK, ROCPROF_CLOCK_CANDIDATES
-from perflib.traces.trace import Trace
+from perflib.traces.trace import ReadMode, Trace
 
 SOURCE = "rocprofv3-json"
 TOOL = "rocprofiler-sdk-tool"
@@ -406,14 +406,14 @@ def _lean_dispatches(procs: list[dict[str, Any]], path: Path, ids: bool) -> Any:
     return schema.lean_dispatch_frame(codes, names.names, start, end, corr, kind, SOURCE, path, ids=id_cols)
 
 
-def trace_of(procs: list[dict[str, Any]], path: Path, lean: bool = False, ids: bool = False) -> Trace:
+def trace_of(procs: list[dict[str, Any]], path: Path, mode: ReadMode = ReadMode.FULL) -> Trace:
     """The Trace of every process's tables (`process_tables`): kernels and copies in one dispatch table
-    (`lean`: a lean one, `schema.LEAN_DISPATCH_COLUMNS`; `ids`: with `schema.ID_COLUMNS`, read by
-    `buffer_records(lean=not ids)`), API calls, markers."""
+    (a lean `mode`: a lean one, `schema.LEAN_DISPATCH_COLUMNS`; LEAN_IDS: with `schema.ID_COLUMNS`, read
+    by `buffer_records(lean=False)`), API calls, markers."""
     meta = {"kernel_name_field": procs[0]["field"] if procs else None, "processes": len(procs),
-            "clock_candidates": ROCPROF_CLOCK_CANDIDATES, **({"lean": True} if lean else {})}
-    if lean:
-        dispatches = _lean_dispatches(procs, path, ids)
+            "clock_candidates": ROCPROF_CLOCK_CANDIDATES, **({"lean": True} if mode.lean else {})}
+    if mode.lean:
+        dispatches = _lean_dispatches(procs, path, mode.ids)
     elif procs:
         kernels = {**_merged(procs, "kernels"), "kind": "kernel"}
         copies = {**_merged(procs, "copies"), "kind": "memcpy"}

@@ -28,7 +28,7 @@ from perflib.errors import InputError
 from perflib.traces import files, json_stream, rocprof_json
 from perflib.traces.json_stream import Text
 from perflib.traces.rocprof_json import TOOL, Records
-from perflib.traces.trace import Trace
+from perflib.traces.trace import ReadMode, Trace
 
 BLOCK = 16 << 20
 """Bytes of JSON read at a time (gunzipped ahead by a thread)."""
@@ -53,6 +53,14 @@ class _Process:
     buffers: Any = _NO_BUFFERS
 
 
+def read(path: Path, mode: ReadMode = ReadMode.FULL) -> Trace:
+    """A rocprofv3 JSON file in `mode`: FULL parses it whole (`rocprof_json.read_json`), a lean mode
+    streams it (`read_json_lean`)."""
+    if mode.lean:
+        return read_json_lean(path, mode.ids)
+    return rocprof_json.read_json(path)
+
+
 def read_json_lean(path: Path, ids: bool = False) -> Trace:
     """A rocprofv3 JSON file (`.json` / `.json.gz`) -> Trace with a lean dispatch table, read as a stream
     (`ids`: with device, queue and stream)."""
@@ -71,7 +79,7 @@ def read_json_lean(path: Path, ids: bool = False) -> Trace:
         if p.buffers is _NO_BUFFERS:
             raise InputError(path, p.where, rocprof_json.NOT_A_PROCESS)
         tables.append(rocprof_json.process_tables(p.keys, p.buffers, p.records, path, p.where))
-    return rocprof_json.trace_of(tables, path, lean=True, ids=ids)
+    return rocprof_json.trace_of(tables, path, ReadMode.LEAN_IDS if ids else ReadMode.LEAN)
 
 
 def _read(text: Text, path: Path, lean: bool) -> list[_Process]:

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from perflib.traces import csvread, schema
+from perflib.traces.trace import ReadMode
 
 SOURCE = "rocprof-legacy"
 TABLE = "legacy_results"
@@ -27,17 +28,17 @@ def clean_names(names: Any) -> Any:
     return pc.replace_substring_regex(names, KD_SUFFIX, "")
 
 
-def read_results_csv(path: Path, header: list[str] | None = None, lean: bool = False,
-                     ids: bool = False) -> dict[str, Any]:
-    """`results.csv` -> {'dispatches', 'meta'} (no API or marker tables in this file); `lean`: the
-    dispatches as a lean table (`read_results_lean`; `ids`: with device and queue)."""
+def read_results_csv(path: Path, header: list[str] | None = None,
+                     mode: ReadMode = ReadMode.FULL) -> dict[str, Any]:
+    """`results.csv` -> {'dispatches', 'meta'} (no API or marker tables in this file); a lean `mode`: the
+    dispatches as a lean table (`read_results_lean`; LEAN_IDS: with device and queue)."""
     import pyarrow as pa
 
     path = Path(path)
     header = header or csvread.header_of(path)
     names = csvread.columns(path, header, TABLE, REQUIRED)
-    if lean:
-        return {"dispatches": read_results_lean(path, header, names, ids),
+    if mode.lean:
+        return {"dispatches": read_results_lean(path, header, names, mode.ids),
                 "meta": {"table": TABLE, "columns": len(header), "lean": True}, "source": SOURCE}
     types: dict[str, Any] = {
         names["kernelname"]: pa.string(),

@@ -32,12 +32,12 @@ MARKER_COLUMNS = ("name", "start_ns", "end_ns", "pid", "tid", "domain", "source"
 DISPATCH_KINDS = ("kernel", "memcpy", "memset")
 
 LEAN_DISPATCH_COLUMNS = ("kernel", "start_ns", "end_ns", "correlation_id", "kind", "source")
-"""The columns of a lean dispatch table (`read_trace(path, lean=True)`): what `trace summary` reads.
+"""The columns of a lean dispatch table (`read_trace(path, ReadMode.LEAN)`): what `trace summary` reads.
 `kernel` is a categorical (int32 codes into the distinct names), so a dispatch costs about 30 bytes
 whatever its name's length; `device`, `queue` and `stream` are left out."""
 
 ID_COLUMNS = ("device", "queue", "stream")
-"""What a lean table read `ids=True` (`read_trace(path, lean=True, ids=True)`) adds: with them it holds
+"""What a lean table read with its ids (`read_trace(path, ReadMode.LEAN_IDS)`) adds: with them it holds
 every column of `DISPATCH_COLUMNS`, the names still as a categorical, which is what a cut writes."""
 
 _INT_COLUMNS = {"start_ns", "end_ns", "device", "queue", "stream", "correlation_id", "pid", "tid"}

@@ -74,10 +74,6 @@ def test_summary_on_mlxcel_like_trace_reproduces_its_own_decomposition() -> None
     assert counts == {"<10us": len(frame) - 20, "10-50us": 0, "50-200us": 0, "0.2-1ms": 0, "1-5ms": 19, ">=5ms": 0}
 
 
-def _writers():
-    return pytest.importorskip("perflib.traces.writers", reason="the readers colleague's writers are not there yet")
-
-
 @pytest.fixture(scope="module")
 def small_decode() -> pd.DataFrame:
     frame, _ = decode_trace(steps=6, layers=2, prefill=True, seed=11)
@@ -90,8 +86,7 @@ def small_decode() -> pd.DataFrame:
 
 def test_same_summary_from_every_rocprof_format(tmp_path, small_decode: pd.DataFrame) -> None:
     """CSV (header versions A-E), rocprofv3 JSON and rocpd SQLite of one dispatch table summarise alike."""
-    writers = _writers()
-    from perflib.traces import read_trace
+    from perflib.traces import read_trace, writers
 
     written = []
     for version in ("A", "B", "C", "D", "E"):

@@ -171,8 +171,9 @@ def test_bad_user_files_name_file_and_place(tmp_path: Path) -> None:
 @pytest.mark.parametrize("table", sorted(classes.TABLES_DIR.glob("*.yaml")), ids=lambda p: p.stem)
 def test_shipped_tables_read_the_same_with_libyaml(table: Path) -> None:
     """`load_builtin` parses with libyaml's loader where PyYAML has it: the same data as `safe_load`."""
-    yaml = pytest.importorskip("yaml")
-    if not hasattr(yaml, "CSafeLoader"):
+    import yaml  # a hard dependency of perflib: imported plainly, so a broken install fails here
+
+    if not hasattr(yaml, "CSafeLoader"):  # libyaml is an optional build of PyYAML, not a perflib dependency
         pytest.skip("PyYAML without libyaml")
     text = table.read_text()
     assert yaml.load(text, Loader=yaml.CSafeLoader) == yaml.safe_load(text)

@@ -36,7 +36,7 @@ from hypothesis import strategies as st
 from support import DATA, fixture, time_limit
 
 from perflib.errors import PerflibError
-from perflib.traces import read_stats, read_trace, schema, writers
+from perflib.traces import ReadMode, read_stats, read_trace, schema, writers
 from perflib.traces.trace import CLOCKS, Trace
 
 FUZZ = settings.get_profile("perflib-fuzz")
@@ -196,7 +196,7 @@ def agrees_lean(path: Path, full: Trace | None) -> None:
     for ids in (False, True):
         try:
             with time_limit(LIMIT_S):
-                lean = read_trace(path, lean=True, ids=ids)
+                lean = read_trace(path, ReadMode.LEAN_IDS if ids else ReadMode.LEAN)
         except PerflibError as exc:
             assert "\n" not in str(exc) and str(path) in str(exc)
             assert full is None, f"the lean read (ids={ids}) refused what the whole read took: {exc}"
@@ -510,7 +510,7 @@ def test_streamed_rocprof_json_agrees_with_the_whole_read(tmp_path: Path, monkey
         doc = mutate_json(copy.deepcopy(base), edits)
         path = Path(tempfile.mkdtemp(dir=tmp_path)) / "x_results.json"
         path.write_text(json.dumps(doc, separators=(",", ":")))
-        full, lean = _outcome(read_trace, path), _outcome(lambda p: read_trace(p, lean=True), path)
+        full, lean = _outcome(read_trace, path), _outcome(lambda p: read_trace(p, ReadMode.LEAN), path)
         if _non_finite(doc):
             assert isinstance(full, PerflibError) == isinstance(lean, PerflibError) or isinstance(full, Trace)
         elif isinstance(full, PerflibError):

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from support import REPO
 
-pytest.importorskip("papermill")
+import papermill  # noqa: F401 - the notebooks extra runs these: a broken install fails here, never skips
 pytestmark = pytest.mark.slow
 
 NOTEBOOKS = ("analyze", "report")

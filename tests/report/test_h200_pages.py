@@ -327,7 +327,6 @@ def test_campaign_keys_for_traced_arms_and_trace_only_backends(tmp_path):
 
 def test_analyze_notebook_runs_on_the_h200_campaign(tmp_path):
     """nbval's target runs the sample data; this executes the same notebook on campaigns/cuda-h200.yaml."""
-    pytest.importorskip("papermill")
     from perflib.campaign import execute_notebook, find_kernel
 
     out = tmp_path / "analyze-cuda-h200.ipynb"

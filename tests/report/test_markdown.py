@@ -144,7 +144,6 @@ def test_a_committed_page_with_an_unescaped_pipe_fails(tmp_path):
 @pytest.mark.slow
 def test_notebook_export_renders_as_github_markdown(tmp_path):
     """`perflib campaign report FILE --notebook-export`'s Markdown, with the figures nbconvert writes beside it."""
-    pytest.importorskip("papermill")
     from perflib.campaign import export_notebook, load_campaign
 
     shutil.copytree(DATA / "campaign-sample", tmp_path / "sample")

@@ -17,7 +17,7 @@ from support import DATA, REPO
 from synthetic import decode_trace
 
 from perflib.errors import InputError
-from perflib.traces import cupti_layouts, cupti_text, read_trace
+from perflib.traces import ReadMode, cupti_layouts, cupti_text, read_trace
 from perflib.traces.writers.cupti_text import write_cupti_text
 
 TRACES = DATA / "traces"
@@ -38,7 +38,7 @@ def read_both(path: Path, monkeypatch: pytest.MonkeyPatch, block: int) -> tuple[
 
     monkeypatch.setattr(cupti_text, "BLOCK", block)
     return (attempt(cupti_text.read_cupti_text_by_line), attempt(cupti_text.read_cupti_text),
-            attempt(cupti_text.read_cupti_text, lean=True))
+            attempt(cupti_text.read_cupti_text, mode=ReadMode.LEAN))
 
 
 def assert_same(path: Path, monkeypatch: pytest.MonkeyPatch, blocks: tuple[int, ...] = BLOCKS) -> object:
@@ -122,7 +122,7 @@ def _mixed(seed: int) -> pd.DataFrame:
 def test_generated_files(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, runtime: bool, suffix: str) -> None:
     path = write_cupti_text(_mixed(3), tmp_path / f"server{suffix}", runtime=runtime)
     old = assert_same(path, monkeypatch, (97, 4096, 1 << 20))
-    lean = read_trace(path, lean=True).dispatches
+    lean = read_trace(path, ReadMode.LEAN).dispatches
     assert set(lean["kind"].astype(str)) == {"kernel", "memcpy", "memset"}
     assert "foo()" in set(lean["kernel"].cat.categories) and len(set(lean["kernel"].cat.categories)) == len(
         lean["kernel"].cat.categories)  # `_Z3foov` and `foo()`: one category once demangled

@@ -1,4 +1,4 @@
-"""The lean read (`read_trace(path, lean=True)`, what `trace summary` uses) gives every figure of the
+"""The lean read (`read_trace(path, ReadMode.LEAN)`, what `trace summary` uses) gives every figure of the
 full read to the ns: on the real fixtures, and on generated files in every format it streams, cut into
 many chunks, with ties, copies and fills, compact JSON, absolute-epoch Kineto times and CUPTI text."""
 
@@ -14,7 +14,7 @@ import pytest
 
 from perflib.attribution import summarize
 from perflib.errors import InputError
-from perflib.traces import kineto_stream, read_trace, writers
+from perflib.traces import ReadMode, kineto_stream, read_trace, writers
 from tests.support import REPO, fixture_paths
 from tests.synthetic import decode_trace
 
@@ -23,7 +23,7 @@ TABLES = ("gap_buckets", "largest_gaps", "step_table", "classes", "kernels")
 
 def assert_same_summary(path: Path, **kwargs) -> None:
     """Every figure of the summary, all kernels and gaps listed, equal between the full and lean reads."""
-    full, lean = read_trace(path), read_trace(path, lean=True)
+    full, lean = read_trace(path), read_trace(path, ReadMode.LEAN)
     assert len(lean.dispatches) == len(full.dispatches)
     assert (lean.dispatches["start_ns"].to_numpy() == full.dispatches["start_ns"].to_numpy()).all()
     assert (lean.dispatches["end_ns"].to_numpy() == full.dispatches["end_ns"].to_numpy()).all()
@@ -90,7 +90,7 @@ def test_generated_gzip_csv_and_directory_same_summary(tmp_path: Path) -> None:
     gz = tmp_path / "b_kernel_trace.csv.gz"
     gz.write_bytes(gzip.compress(path.read_bytes()))
     assert_same_summary(gz)
-    lean = read_trace(tmp_path / "run", lean=True).dispatches
+    lean = read_trace(tmp_path / "run", ReadMode.LEAN).dispatches
     assert set(lean["kind"].astype(str)) == {"kernel", "memcpy"}
 
 
@@ -127,7 +127,7 @@ def test_generated_cupti_text_same_summary(tmp_path: Path, monkeypatch: pytest.M
     frame["end_ns"] += 1_764_410_000_000_000_000
     path = writers.write_cupti_text(frame, tmp_path / "server.txt.gz")
     assert_same_summary(path)
-    lean = read_trace(path, lean=True)
+    lean = read_trace(path, ReadMode.LEAN)
     assert lean.meta["lean"] and len(lean.api) == int((frame["kind"] == "kernel").sum())
 
 
@@ -170,7 +170,7 @@ def test_compact_kineto_with_markers_and_launches(tmp_path: Path, monkeypatch: p
     path = tmp_path / "compact.json"
     path.write_text(json.dumps(doc, separators=(",", ":")))
     assert_same_summary(path)
-    lean = read_trace(path, lean=True)
+    lean = read_trace(path, ReadMode.LEAN)
     assert len(lean.api) == len(frame) and len(lean.markers) == 6
     assert summarize(lean).step_method.startswith("ProfilerStep")
 
@@ -183,7 +183,7 @@ def test_absolute_epoch_kineto_exact(tmp_path: Path, monkeypatch: pytest.MonkeyP
     frame["start_ns"] += epoch
     frame["end_ns"] += epoch
     path = writers.write_kineto_json(frame, tmp_path / "abs.json")
-    lean = read_trace(path, lean=True)
+    lean = read_trace(path, ReadMode.LEAN)
     assert lean.meta["ts_parse"].startswith("decimal text")
     assert lean.dispatches["start_ns"].tolist() == frame["start_ns"].tolist()
     assert_same_summary(path)
@@ -269,7 +269,7 @@ def test_generated_nsys_same_summary(tmp_path: Path, monkeypatch: pytest.MonkeyP
     path = writers.write_nsys_sqlite(mixed if not with_markers else frame, tmp_path / "x.sqlite", markers=markers,
                                      version=version)
     assert_same_summary(path, **({"steps": r"^step \d+"} if with_markers else {}))
-    lean = read_trace(path, lean=True)
+    lean = read_trace(path, ReadMode.LEAN)
     assert (len(lean.api) > 0) == with_markers
 
 

@@ -1,4 +1,4 @@
-"""The lean read with its ids (`read_trace(path, lean=True, ids=True)`, what a cut reads) holds the full
+"""The lean read with its ids (`read_trace(path, ReadMode.LEAN_IDS)`, what a cut reads) holds the full
 read's dispatch table exactly: every column, every row, in the same order, the names as a categorical.
 On the real fixtures of every format and on generated files in each, cut into many chunks; and the cut
 written from it (`perflib.cut`) reads back as the cut written from the full read."""
@@ -14,7 +14,7 @@ import pandas as pd
 import pytest
 
 from perflib import cut as cutting
-from perflib.traces import parquet, read_trace, schema, writers
+from perflib.traces import ReadMode, parquet, read_trace, schema, writers
 from tests.support import REPO, fixture_paths
 from tests.synthetic import decode_trace
 
@@ -22,7 +22,7 @@ from tests.synthetic import decode_trace
 def assert_same_table(path: Path) -> pd.DataFrame:
     """The lean read with ids equals the full read's dispatch table, column by column; returns it."""
     full = read_trace(path).dispatches
-    lean = read_trace(path, lean=True, ids=True).dispatches
+    lean = read_trace(path, ReadMode.LEAN_IDS).dispatches
     assert tuple(lean.columns) == schema.DISPATCH_COLUMNS
     assert isinstance(lean["kernel"].dtype, pd.CategoricalDtype)
     pd.testing.assert_frame_equal(lean.assign(kernel=lean["kernel"].astype(full["kernel"].dtype)), full)
@@ -168,7 +168,7 @@ def test_cut_from_the_lean_read_is_the_cut_from_the_full_read(tmp_path: Path, fm
     third = (hi - lo) // 3
     windows = [(lo + third, lo + 2 * third), (lo + 2 * third, hi)]
     full = cutting.cut_into_runs(read_trace(path), _runs(tmp_path / "full", windows), margin_ns=1000)
-    lean = cutting.cut_into_runs(read_trace(path, lean=True, ids=True), _runs(tmp_path / "lean", windows),
+    lean = cutting.cut_into_runs(read_trace(path, ReadMode.LEAN_IDS), _runs(tmp_path / "lean", windows),
                                  margin_ns=1000)
     assert [c.dispatches for c in full] == [c.dispatches for c in lean] and all(c.dispatches for c in full)
     for a, b in zip(full, lean, strict=True):

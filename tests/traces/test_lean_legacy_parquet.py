@@ -13,7 +13,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from perflib.errors import InputError
-from perflib.traces import read_trace
+from perflib.traces import ReadMode, read_trace
 from perflib.traces.parquet import write_trace_parquet
 from perflib.traces.schema import LEAN_DISPATCH_COLUMNS
 from tests.support import fixture_paths
@@ -38,14 +38,14 @@ def _legacy_csv(path: Path, frame: pd.DataFrame) -> Path:
 @pytest.mark.parametrize("path", LEGACY, ids=lambda p: p.name)
 def test_real_legacy_results_same_summary(path: Path) -> None:
     assert_same_summary(path)
-    assert read_trace(path, lean=True).meta.get("lean") is True
+    assert read_trace(path, ReadMode.LEAN).meta.get("lean") is True
 
 
 def test_generated_legacy_results_same_summary_and_suffixes_merge(tmp_path: Path) -> None:
     frame, _ = decode_trace(steps=6, layers=3, seed=5)
     path = _legacy_csv(tmp_path / "results.csv", frame)
     assert_same_summary(path)
-    lean = read_trace(path, lean=True).dispatches
+    lean = read_trace(path, ReadMode.LEAN).dispatches
     assert tuple(lean.columns) == LEAN_DISPATCH_COLUMNS
     names = list(lean["kernel"].cat.categories)
     assert not any(n.endswith(".kd") for n in names) and len(names) == len(set(names))
@@ -66,7 +66,7 @@ def test_lean_legacy_names_the_line_of_a_missing_time(tmp_path: Path) -> None:
     lines[3] = ",".join(fields)
     path.write_text("\n".join(lines) + "\n")
     with pytest.raises(InputError) as lean:
-        read_trace(path, lean=True)
+        read_trace(path, ReadMode.LEAN)
     with pytest.raises(InputError) as full:
         read_trace(path)
     assert str(lean.value) == str(full.value) and "line 4" in str(lean.value)
@@ -94,7 +94,7 @@ def _as_trace(frame: pd.DataFrame):
 def test_parquet_cut_same_summary_and_metadata(tmp_path: Path) -> None:
     path = _cut(tmp_path)
     assert_same_summary(path)
-    full, lean = read_trace(path), read_trace(path, lean=True)
+    full, lean = read_trace(path), read_trace(path, ReadMode.LEAN)
     assert lean.meta == full.meta and lean.source == full.source == "rocprofv3-csv"
     assert tuple(lean.dispatches.columns) == LEAN_DISPATCH_COLUMNS
     assert set(lean.dispatches["kind"].astype(str)) == {"kernel", "memcpy", "memset"}
@@ -126,7 +126,7 @@ def test_lean_parquet_errors_are_the_full_reads(tmp_path: Path, column: str, val
     out = tmp_path / "bad.parquet"
     pq.write_table(table.set_column(i, column, pa.array(values, type=kind)), out)
     with pytest.raises(InputError) as lean:
-        read_trace(out, lean=True)
+        read_trace(out, ReadMode.LEAN)
     with pytest.raises(InputError) as full:
         read_trace(out)
     assert where in str(lean.value) and where in str(full.value) and str(out) in str(lean.value)
@@ -137,4 +137,4 @@ def test_lean_parquet_names_a_missing_column(tmp_path: Path) -> None:
     out = tmp_path / "no_end.parquet"
     pq.write_table(table.drop(["end_ns"]), out)
     with pytest.raises(InputError, match="missing \\['end_ns'\\]"):
-        read_trace(out, lean=True)
+        read_trace(out, ReadMode.LEAN)

@@ -14,7 +14,7 @@ from support import REPO
 from perflib.cli import main
 from perflib.commands.trace import _read
 from perflib.errors import InputError
-from perflib.traces import prefetch, read_trace
+from perflib.traces import ReadMode, prefetch, read_trace
 
 H200 = REPO / "data/raw/h200-pytorch/llama1b_decode_b1_c1024.json.gz"
 
@@ -32,7 +32,7 @@ def assert_same_trace(mine, plain) -> None:
 def test_prefetched_trace_equals_the_lean_read():
     pre = prefetch.start(H200)
     assert pre is not None  # 17.6 MB of JSON behind 1.3 MB of gzip: the ISIZE trailer counts
-    assert_same_trace(pre.trace(), read_trace(H200, lean=True))
+    assert_same_trace(pre.trace(), read_trace(H200, ReadMode.LEAN))
 
 
 @needs_fork
@@ -56,7 +56,7 @@ def test_odd_values_give_the_same_trace(tmp_path):
     path.write_bytes(gzip.compress(json.dumps({"baseTimeNanoseconds": 10**18, "traceEvents": events}).encode()))
     pre = prefetch.start(path, min_bytes=0)
     assert pre is not None
-    assert_same_trace(pre.trace(), read_trace(path, lean=True))
+    assert_same_trace(pre.trace(), read_trace(path, ReadMode.LEAN))
     assert pre.trace().dispatches["correlation_id"].tolist() == [7, -1, 16, -1]
 
 
@@ -71,7 +71,7 @@ def test_times_that_need_their_decimal_text_are_exact_from_the_child_too(tmp_pat
     pre = prefetch.start(path, min_bytes=0)
     assert pre is not None
     mine = pre.trace()
-    assert_same_trace(mine, read_trace(path, lean=True))
+    assert_same_trace(mine, read_trace(path, ReadMode.LEAN))
     assert mine.dispatches["start_ns"].tolist() == [1712195495505580988 + 1000 * i for i in range(3)]
     assert mine.meta["ts_parse"] == "decimal text (floats beyond 2^43 us)"
 

@@ -13,7 +13,7 @@ import pytest
 from synthetic import decode_trace
 
 from perflib.errors import InputError
-from perflib.traces import read_trace, rocpd, writers
+from perflib.traces import ReadMode, read_trace, rocpd, writers
 
 CATEGORIES = ["HIP_RUNTIME_API_EXT", "MARKER_CORE_API", "marker_core_range_api", None, "HSA_CORE_API", "MARKERS"]
 NAMES = ["hipLaunchKernel", "decode step", None, "hipMemcpyAsync", "roctxRangePushA", "step 7", ""]
@@ -46,10 +46,10 @@ def regions_db(tmp_path: Path, rows: int = 500, odd: bool = True) -> tuple[Path,
 def test_regions_the_same_in_any_chunk(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, lean: bool) -> None:
     path, table = regions_db(tmp_path)
     monkeypatch.setattr(rocpd, "LEAN_CHUNK", 10**9)  # the whole view at once
-    whole = rocpd.read_rocpd(path, lean=lean)
+    whole = rocpd.read_rocpd(path, ReadMode.LEAN if lean else ReadMode.FULL)
     for chunk in (1, 7, 64, 499, 500):
         monkeypatch.setattr(rocpd, "LEAN_CHUNK", chunk)
-        got = rocpd.read_rocpd(path, lean=lean)
+        got = rocpd.read_rocpd(path, ReadMode.LEAN if lean else ReadMode.FULL)
         pd.testing.assert_frame_equal(got.api, whole.api)
         pd.testing.assert_frame_equal(got.markers, whole.markers)
     markers = table["category"].fillna("").str.upper().str.startswith("MARKER")
@@ -67,7 +67,7 @@ def test_regions_the_same_in_any_chunk(tmp_path: Path, monkeypatch: pytest.Monke
 def test_full_and_lean_reads_give_the_same_regions(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     path, _ = regions_db(tmp_path, rows=300, odd=False)
     monkeypatch.setattr(rocpd, "LEAN_CHUNK", 16)
-    full, lean = read_trace(path), read_trace(path, lean=True)
+    full, lean = read_trace(path), read_trace(path, ReadMode.LEAN)
     pd.testing.assert_frame_equal(full.api, lean.api)
     pd.testing.assert_frame_equal(full.markers, lean.markers)
 
@@ -85,4 +85,4 @@ def test_a_bad_start_later_comes_before_a_bad_end_earlier(tmp_path: Path, monkey
     with sqlite3.connect(path) as con:
         con.execute("UPDATE regions SET start = 5 WHERE rowid = 30")
     with pytest.raises(InputError, match=r"view regions, row 2, column end"):
-        read_trace(path, lean=True)
+        read_trace(path, ReadMode.LEAN)

@@ -1,4 +1,4 @@
-"""The streamed rocprofv3 JSON read (`read_trace(path, lean=True)`, `rocprof_json_stream`) gives the
+"""The streamed rocprofv3 JSON read (`read_trace(path, ReadMode.LEAN)`, `rocprof_json_stream`) gives the
 full read's tables and figures: on the real MI350 fixture, and on files written by
 `writers.write_rocprof_json` in every layout the stream must cut (compact, spaced, indented, gzip, keys
 in any order, several processes, empty buffers, chunks of a few bytes); and every fault is the full
@@ -19,7 +19,7 @@ import pytest
 
 from perflib.attribution import summarize
 from perflib.errors import InputError
-from perflib.traces import read_trace, rocprof_json, rocprof_json_stream, schema, writers
+from perflib.traces import ReadMode, read_trace, rocprof_json, rocprof_json_stream, schema, writers
 from tests.support import fixture_paths
 from tests.synthetic import decode_trace
 from tests.traces.test_hostile import ROCPROF_JSON, table
@@ -35,7 +35,7 @@ TRICKY = 'a "quoted" },{ [bracketed] {name}\\ ядро'
 def assert_same_tables(path: Path) -> tuple[Any, Any]:
     """The lean read's tables are the full read's: the dispatches restricted to the lean columns (row
     for row, names as text), the API calls and markers whole, the clock, source and meta (plus `lean`)."""
-    full, lean = read_trace(path), read_trace(path, lean=True)
+    full, lean = read_trace(path), read_trace(path, ReadMode.LEAN)
     assert list(lean.dispatches.columns) == list(schema.LEAN_DISPATCH_COLUMNS)
     assert isinstance(lean.dispatches["kernel"].dtype, pd.CategoricalDtype)
     expected = full.dispatches[list(schema.LEAN_DISPATCH_COLUMNS)]

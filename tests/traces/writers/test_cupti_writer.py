@@ -15,9 +15,8 @@ from support import DATA
 from synthetic import decode_trace, dispatch_frame
 
 from perflib.errors import InputError
-from perflib.traces import read_trace, schema
+from perflib.traces import detect_format, read_trace, schema
 from perflib.traces.cupti_text import read_cupti_text
-from perflib.traces.detect import detect_format
 from perflib.traces.writers import cupti_text
 from perflib.traces.writers.cupti_text import write_cupti_text
 

@@ -13,8 +13,7 @@ import pytest
 from support import fixture
 from synthetic import decode_trace, dispatch_frame
 
-from perflib.traces import read_trace, schema
-from perflib.traces.detect import detect_format
+from perflib.traces import detect_format, read_trace, schema
 from perflib.traces.writers import nsys
 from perflib.traces.writers.nsys import write_nsys_sqlite
 
