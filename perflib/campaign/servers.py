@@ -64,6 +64,7 @@ def prepare(campaign: Campaign, arm: ArmSpec, backend: BackendSpec, progress: bo
     spec = backend.server_spec
     if spec is None:
         raise PerflibError(f"backend {backend.name}: no server to start (give server: or url:)")
+    arm = campaign.arm_config(arm.name)  # a traced arm runs its `of` arm's binary
     preset = PRESETS.get(spec.preset) if spec.preset else None
     binary: str | None
     if arm.binary:
@@ -103,9 +104,11 @@ def plan_launch(campaign: Campaign, arm: ArmSpec, backend: BackendSpec, prepared
 
     The command is the preset's (or `server.command`), then the preset's threads flag where the
     backend gives `threads`, then `server.args`, the backend's `extra_args` and the arm's. The
-    environment is `server.env`, the backend's `env`, the arm's, then the profiler's.
+    environment is `server.env`, the backend's `env`, the arm's, then the profiler's. The arm's are
+    its configuration (`Campaign.arm_config`): a traced arm's are its `of` arm's with its own added.
     """
     spec, preset = prepared.spec, prepared.preset
+    arm = campaign.arm_config(arm.name)
     profiler = campaign.profiler(arm.name, backend.name)
     capture_dir = arm_dir / "capture" / (profiler.kind if profiler.kind == "torch" else f"{segment}")
     port = port or server.free_port()

@@ -118,7 +118,8 @@ def environment_rows(campaign: Campaign, data_dir: Path) -> list[dict[str, str]]
         flags = " ".join(str(f) for f in flags) if isinstance(flags, list) else str(flags)
         if not flags and (arm in {a.name for a in campaign.arms} or backend in {b.name for b in campaign.backends}):
             spec_args = [*(campaign.backend(backend).extra_args if backend in {b.name for b in campaign.backends}
-                           else ()), *(campaign.arm(arm).extra_args if arm in {a.name for a in campaign.arms} else ())]
+                           else ()), *(campaign.arm_config(arm).extra_args if arm in {a.name for a in campaign.arms}
+                                       else ())]
             flags = f"{' '.join(spec_args)} (from the campaign file; the run recorded none)" if spec_args else ""
         flags = re.sub(r"(-m|--model) \S*/", r"\1 …/", flags)  # no local paths on the page
         flags = re.sub(r"--port \d+", "--port N", flags)
