@@ -115,10 +115,9 @@ def summary(question: str, verdicts: Sequence[v.Verdict], headline: Sequence[str
     bullets = [f"- **Before / after.** {h}" for h in headline]
     bullets += [f"- **Gate.** {escape_md(g.gate)}: {escape_md(g.text)}: "
                 f"**{ {True: 'pass', False: 'FAIL', None: 'not measured'}[g.passed] }**" for g in gates]
-    measured = {x.label for x in verdicts if x.outcome != v.NOT_MEASURED}
     by_why: dict[str, list[str]] = {}
-    for x in verdicts:  # a candidate measured at no scope, grouped by why
-        if x.outcome == v.NOT_MEASURED and x.label not in measured and x.label not in by_why.get(x.why, []):
+    for x in verdicts:  # every scope not measured, grouped by why (a why names the arm where it is the arm's)
+        if x.outcome == v.NOT_MEASURED and x.label not in by_why.get(x.why, []):
             by_why.setdefault(x.why, []).append(x.label)
     if by_why:
         bullets.append("- **Not measured.** " + "; ".join(f"{escape_md(', '.join(labels))}: {escape_md(why)}"

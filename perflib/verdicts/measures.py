@@ -38,9 +38,17 @@ class Scope:
     trace_note: str | None = None  # why this arm has no trace (a traced arm whose capture was lost)
     known_classes: frozenset[str] | None = None  # classes the class tables can give (None: unchecked)
     no_requests: str | None = None  # why this backend has no request records (a trace-only backend)
+    traced_by: tuple[tuple[str, str, str | None], ...] = ()
+    """(traced arm, its profiler kind, its `trace_note`) for each arm with `role: traced, of: <this arm>`,
+    in file order."""
+    trace_from: str | None = None
+    """The traced arm whose traces a trace measurement of this arm reads (`trace_scope`), or None."""
+    trace_hint: str | None = None
+    """The `profiler.kind` to suggest where this arm has no trace and no traced arm (None: no GPU to trace)."""
 
     def describe(self) -> str:
-        parts = [f"{k} {v}" for k, v in (("arm", self.arm), ("backend", self.backend), ("batch", self.batch),
+        arm = f"{self.arm} (trace from {self.trace_from})" if self.arm and self.trace_from else self.arm
+        parts = [f"{k} {v}" for k, v in (("arm", arm), ("backend", self.backend), ("batch", self.batch),
                                           ("context", self.context)) if v is not None]
         return ", ".join(parts)
 
@@ -60,19 +68,44 @@ class Measurement:
     func: Callable[[DerivedTables, Scope], Measured]
     unit: str  # "fraction" (a share; thresholds in % are divided by 100), "ratio", "ms", "pct", "count"
     doc: str
+    trace: bool = False
+    """Reads the kernel traces (trace_runs, classes, kernels, gaps, steps): an arm without traces of its
+    own is measured from its traced arm (`trace_scope`)."""
 
 
 MEASUREMENTS: dict[str, Measurement] = {}
 
 
-def measurement(name: str, unit: str = "ratio") -> Callable:
-    """Register a measurement under `name` (campaign files refer to it by that name)."""
+def measurement(name: str, unit: str = "ratio", trace: bool = False) -> Callable:
+    """Register a measurement under `name` (campaign files refer to it by that name); `trace=True` for
+    one that reads the kernel traces."""
 
     def register(func: Callable[[DerivedTables, Scope], Measured]) -> Callable:
-        MEASUREMENTS[name] = Measurement(name, func, unit, (func.__doc__ or "").strip().splitlines()[0])
+        MEASUREMENTS[name] = Measurement(name, func, unit, (func.__doc__ or "").strip().splitlines()[0], trace)
         return func
 
     return register
+
+
+def _traced(tables: DerivedTables, arm: str, backend: str | None) -> bool:
+    """Whether the trace tables hold any row of `arm` (on `backend`), at any batch or context."""
+    frame = tables.trace_runs
+    if frame is None or not len(frame):
+        return False
+    mask = frame["arm"].astype(str) == str(arm)
+    if backend is not None:
+        mask &= frame["backend"].astype(str) == str(backend)
+    return bool(mask.any())
+
+
+def trace_scope(tables: DerivedTables, scope: Scope) -> Scope:
+    """Where a trace measurement of `scope` reads: the arm's own traces where it has any, else those of
+    the first traced arm `of` it that has any (else its first traced arm, whose missing trace then says
+    why), with `trace_from` naming it; the arm itself where it has no traced arm."""
+    if scope.arm is None or not scope.traced_by or _traced(tables, scope.arm, scope.backend):
+        return scope
+    name, kind, note = next((t for t in scope.traced_by if _traced(tables, t[0], scope.backend)), scope.traced_by[0])
+    return replace(scope, trace_from=name, profiler=kind, trace_note=note)
 
 
 # ---------------------------------------------------------------------------------------- helpers
@@ -126,6 +159,10 @@ def _no_trace(tables: DerivedTables, scope: Scope, batch: int | None = None) -> 
         return Measured(None, "", f"no usable trace rows at {_where(scope, batch)}")
     if scope.trace_note:
         return Measured(None, "", scope.trace_note)
+    if scope.profiler in (None, "none") and scope.trace_hint and scope.arm:  # the key that would measure it
+        return Measured(None, "", f"no kernel trace of arm {scope.arm} on backend {scope.backend} (profiler: none, "
+                                  f"no traced arm of it): add an arm with role: traced, of: {scope.arm}, "
+                                  f"profiler: {{kind: {scope.trace_hint}}}")
     if scope.profiler in (None, "none"):
         return Measured(None, "", f"no kernel trace for backend {scope.backend} (profiler: none)")
     return Measured(None, "", f"no kernel trace at {_where(scope, batch)}")
@@ -269,7 +306,7 @@ def prefill_share(tables: DerivedTables, scope: Scope) -> Measured:
     return Measured(value, f"other requests' prefill covers {_pct(value)} of the decode window, median of {n}")
 
 
-@measurement("gap_share", unit="fraction")
+@measurement("gap_share", unit="fraction", trace=True)
 def gap_share(tables: DerivedTables, scope: Scope) -> Measured:
     """Host gaps (window minus GPU busy) as a share of the step, from the trace."""
     row = _trace_row(tables, scope)
@@ -282,7 +319,7 @@ def gap_share(tables: DerivedTables, scope: Scope) -> Measured:
     return Measured(value, f"host gaps {row['gap_ms']:.1f} of {row['window_ms']:.1f} ms in the window ({_pct(value)})")
 
 
-@measurement("gap_ms_per_step", unit="ms")
+@measurement("gap_ms_per_step", unit="ms", trace=True)
 def gap_ms_per_step(tables: DerivedTables, scope: Scope) -> Measured:
     """Host gap ms per decode step, from the trace."""
     row = _trace_row(tables, scope)
@@ -293,7 +330,7 @@ def gap_ms_per_step(tables: DerivedTables, scope: Scope) -> Measured:
     return Measured(row["gap_ms_per_step"], f"host gaps {row['gap_ms_per_step']:.2f} ms per step")
 
 
-@measurement("gap_scaling", unit="ratio")
+@measurement("gap_scaling", unit="ratio", trace=True)
 def gap_scaling(tables: DerivedTables, scope: Scope) -> Measured:
     """Gap ms per step at batch B over batch 1 (how host work scales with the batch)."""
     row_b, row_1 = _trace_row(tables, scope), _trace_row(tables, scope, 1)
@@ -306,7 +343,7 @@ def gap_scaling(tables: DerivedTables, scope: Scope) -> Measured:
                            f"{row_1['gap_ms_per_step']:.2f} at batch 1: {value:.2f}x")
 
 
-@measurement("class_share", unit="fraction")
+@measurement("class_share", unit="fraction", trace=True)
 @_named_classes
 def class_share(tables: DerivedTables, scope: Scope) -> Measured:
     """Time of the named kernel classes as a share of the trace window."""
@@ -334,7 +371,7 @@ def _top_class(tables: DerivedTables, scope: Scope) -> str | None:
     return f"{name} ({_pct(float(share.max()))} of kernel time)"
 
 
-@measurement("class_ms_per_step", unit="ms")
+@measurement("class_ms_per_step", unit="ms", trace=True)
 @_named_classes
 def class_ms_per_step(tables: DerivedTables, scope: Scope) -> Measured:
     """Time of the named kernel classes per decode step."""
@@ -346,7 +383,7 @@ def class_ms_per_step(tables: DerivedTables, scope: Scope) -> Measured:
     return Measured(sums["ms_per_step"], f"{_classes_label(scope)} {sums['ms_per_step']:.2f} ms per step")
 
 
-@measurement("class_scaling", unit="ratio")
+@measurement("class_scaling", unit="ratio", trace=True)
 @_named_classes
 def class_scaling(tables: DerivedTables, scope: Scope) -> Measured:
     """Class ms per step at batch B over batch 1, divided by B (1.0 = grows like the batch)."""
@@ -365,7 +402,7 @@ def class_scaling(tables: DerivedTables, scope: Scope) -> Measured:
                            f"({value:.2f} of linear)")
 
 
-@measurement("class_dispatches", unit="count")
+@measurement("class_dispatches", unit="count", trace=True)
 @_named_classes
 def class_dispatches(tables: DerivedTables, scope: Scope) -> Measured:
     """Dispatch count of the named kernel classes in the window (and per step)."""
