@@ -129,7 +129,8 @@ def profile(tables: DerivedTables, figure: dict | None) -> str:
     tr = tb.trace_level_table(tables)
     if not len(tr):
         return section("Profile", "Not measured: no kernel trace in this campaign (see the notes).")
-    rows = [{**_keys(r), "runs": int(r.runs), "steps": spread(r, "steps", ".0f"),
+    rows = [{**_keys(r), "runs": int(r.runs),
+             "steps": spread(r, "steps", ".0f") + (" (a guess)" if str(getattr(r, "steps_guessed", "")) == "True" else ""),
              "step": spread(r, "step_ms", ".2f", " ms"), "busy": spread(r, "busy_ms_per_step", ".2f", " ms"),
              "gap": spread(r, "gap_ms_per_step", ".2f", " ms"), "share": pct(r.busy_share),
              "dispatches": fmt(r.dispatches_per_step, ".0f"), "method": escape_md(r.step_method)}
@@ -139,7 +140,10 @@ def profile(tables: DerivedTables, figure: dict | None) -> str:
                            Column("gap", "host gap / step", True), Column("share", "busy share", True),
                            Column("dispatches", "dispatches / step", True), Column("method", "steps from")])
     intro = ("From the kernel traces, windowed to each level's decode window. Step = window / steps; GPU busy "
-             "is the union of kernel, copy and fill intervals; host gap = step − busy. Medians over repeats.")
+             "is the union of kernel, copy and fill intervals; host gap = step − busy. Medians over repeats."
+             + (" A step count marked \"a guess\" comes from the dispatch rhythm alone: no step range, request "
+                "record or counter gave it, so the per-step figures of that level are estimates."
+                if any(r["steps"].endswith("(a guess)") for r in rows) else ""))
     return join(section("Profile", intro, join(text, _gaps(tables), _classes(tables), _batch_classes(tables),
                                                _batch_steps(tables)), f"{len(rows)} traced levels", figure))
 

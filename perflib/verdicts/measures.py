@@ -181,7 +181,18 @@ def _trace_row(tables: DerivedTables, scope: Scope, batch: int | None = None) ->
     for col in ("window_ms", "busy_ms", "gap_ms", "steps", "busy_ms_per_step", "gap_ms_per_step", "dispatches"):
         out[col] = _median(sel, col)[0]
     out["n"] = len(sel)
+    out["guess"] = _guess(sel)
     return out
+
+
+GUESS_NOTE = " (steps: a guess from the dispatch rhythm)"
+
+
+def _guess(trace_runs: pd.DataFrame) -> str:
+    """`GUESS_NOTE` where any of these trace rows counted its steps from the dispatch rhythm alone."""
+    if trace_runs is None or "steps_guessed" not in trace_runs.columns:
+        return ""
+    return GUESS_NOTE if trace_runs["steps_guessed"].map(lambda v: str(v).lower() in ("true", "1")).any() else ""
 
 
 def _class_sum(tables: DerivedTables, scope: Scope, batch: int | None = None) -> dict[str, float] | None:
@@ -203,7 +214,7 @@ def _class_sum(tables: DerivedTables, scope: Scope, batch: int | None = None) ->
         sums.append({"time_ms": time_ms, "count": count, "window_ms": _num(run.get("window_ms")),
                      "ms_per_step": time_ms / steps if steps else None, "steps": steps})
     frame = pd.DataFrame(sums)
-    return {col: _median(frame, col)[0] for col in frame.columns}
+    return {**{col: _median(frame, col)[0] for col in frame.columns}, "guess": _guess(runs)}
 
 
 UNCLASSIFIED_MAX = 0.01
@@ -315,7 +326,8 @@ def gap_share(tables: DerivedTables, scope: Scope) -> Measured:
     value = row["gap_ms"] / row["window_ms"]
     if row["steps"]:
         step = row["window_ms"] / row["steps"]
-        return Measured(value, f"host gaps {row['gap_ms'] / row['steps']:.1f} of {step:.1f} ms per step ({_pct(value)})")
+        return Measured(value, f"host gaps {row['gap_ms'] / row['steps']:.1f} of {step:.1f} ms per step ({_pct(value)})"
+                               + row["guess"])
     return Measured(value, f"host gaps {row['gap_ms']:.1f} of {row['window_ms']:.1f} ms in the window ({_pct(value)})")
 
 
@@ -327,7 +339,7 @@ def gap_ms_per_step(tables: DerivedTables, scope: Scope) -> Measured:
         return _no_trace(tables, scope)
     if row["gap_ms_per_step"] is None:
         return Measured(None, "", f"no step count for the trace at {_where(scope)}")
-    return Measured(row["gap_ms_per_step"], f"host gaps {row['gap_ms_per_step']:.2f} ms per step")
+    return Measured(row["gap_ms_per_step"], f"host gaps {row['gap_ms_per_step']:.2f} ms per step{row['guess']}")
 
 
 @measurement("gap_scaling", unit="ratio", trace=True)
@@ -340,7 +352,7 @@ def gap_scaling(tables: DerivedTables, scope: Scope) -> Measured:
         return _no_trace(tables, scope, 1)
     value = row_b["gap_ms_per_step"] / row_1["gap_ms_per_step"]
     return Measured(value, f"host gaps {row_b['gap_ms_per_step']:.2f} ms per step at batch {scope.batch} over "
-                           f"{row_1['gap_ms_per_step']:.2f} at batch 1: {value:.2f}x")
+                           f"{row_1['gap_ms_per_step']:.2f} at batch 1: {value:.2f}x{row_b['guess'] or row_1['guess']}")
 
 
 @measurement("class_share", unit="fraction", trace=True)
@@ -380,7 +392,7 @@ def class_ms_per_step(tables: DerivedTables, scope: Scope) -> Measured:
         return _no_trace(tables, scope)
     if sums.get("ms_per_step") is None:
         return Measured(None, "", f"no step count for the trace at {_where(scope)}")
-    return Measured(sums["ms_per_step"], f"{_classes_label(scope)} {sums['ms_per_step']:.2f} ms per step")
+    return Measured(sums["ms_per_step"], f"{_classes_label(scope)} {sums['ms_per_step']:.2f} ms per step{sums['guess']}")
 
 
 @measurement("class_scaling", unit="ratio", trace=True)
@@ -399,7 +411,7 @@ def class_scaling(tables: DerivedTables, scope: Scope) -> Measured:
     value = ratio / b
     return Measured(value, f"{_classes_label(scope)} {sums_b['ms_per_step']:.1f} ms per step at batch {b} over "
                            f"{sums_1['ms_per_step']:.1f} at batch 1: {ratio:.2f}x for a {b}x batch "
-                           f"({value:.2f} of linear)")
+                           f"({value:.2f} of linear){sums_b['guess'] or sums_1['guess']}")
 
 
 @measurement("class_dispatches", unit="count", trace=True)
@@ -409,7 +421,7 @@ def class_dispatches(tables: DerivedTables, scope: Scope) -> Measured:
     sums = _class_sum(tables, scope)
     if sums is None:
         return _no_trace(tables, scope)
-    per_step = f" ({sums['count'] / sums['steps']:.1f} per step)" if sums.get("steps") else ""
+    per_step = f" ({sums['count'] / sums['steps']:.1f} per step{sums['guess']})" if sums.get("steps") else ""
     return Measured(sums["count"], f"{_classes_label(scope)} {sums['count']:.0f} dispatches{per_step}")
 
 
