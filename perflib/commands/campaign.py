@@ -49,7 +49,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                                "`jupyter nbconvert --to markdown --no-input`")
     report_p.set_defaults(func=report)
 
-    check_p = sub.add_parser("validate", help="check a campaign file and print its matrix size")
+    check_p = sub.add_parser("validate", help="check a campaign file; print its matrix size and the question its "
+                             "page opens with (question:, else description:, else the playbook's)")
     check_p.add_argument("file")
     check_p.add_argument("--json", action="store_true")
     check_p.set_defaults(func=validate)
@@ -97,17 +98,24 @@ def validate(args: argparse.Namespace) -> int:
     import json
 
     from perflib.campaign import load_campaign
+    from perflib.config import opening_question
 
     campaign = load_campaign(args.file)
     runs = campaign.expand()
+    question, source = opening_question(campaign)
     info = {"campaign": campaign.name, "runs": len(runs), "arms": [a.name for a in campaign.arms],
-            "backends": [b.name for b in campaign.backends], "candidates": [c.id for c in campaign.candidates]}
+            "backends": [b.name for b in campaign.backends], "candidates": [c.id for c in campaign.candidates],
+            "question": question or None, "question_from": source or None}
     if args.json:
         print(json.dumps(info))
     else:
         print(f"{args.file}: campaign {campaign.name}: {len(runs)} runs ({len(campaign.arms)} arms x "
               f"{len(campaign.backends)} backends x {len(campaign.batches)} batches x {len(campaign.contexts)} "
               f"contexts x {campaign.repeats} repeats), {len(campaign.candidates)} candidates")
+        if question:
+            print(f"the page opens with its {source}: {question}")
+        else:
+            print("the page opens with no question (give question: or description:)")
     return 0
 
 

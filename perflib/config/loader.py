@@ -107,6 +107,30 @@ def playbook_path(name: str) -> Path:
     return path
 
 
+def playbook_question(name: str | None) -> str:
+    """A built-in playbook's generic question (its `description`); '' without one or where unreadable."""
+    if not name:
+        return ""
+    import yaml
+
+    try:
+        return str((yaml.safe_load(playbook_path(name).read_text()) or {}).get("description") or "")
+    except (OSError, ValueError, yaml.YAMLError, PerflibError):
+        return ""
+
+
+def opening_question(campaign: Campaign) -> tuple[str, str]:
+    """What a campaign's page opens with, and where it comes from (`question`, `description`, `playbook
+    NAME`, or '' for nothing): its `question:`, else its `description` (shown as written), else its
+    playbook's generic question."""
+    if campaign.question:
+        return campaign.question, "question"
+    if campaign.description:
+        return campaign.description, "description"
+    question = playbook_question(campaign.playbook)
+    return question, (f"playbook {campaign.playbook}" if question else "")
+
+
 def read_playbook(name: str) -> tuple[tuple[CandidateSpec, Source], ...]:
     """The candidates of a built-in playbook, checked like a campaign's, each with where it is written."""
     path = playbook_path(name)

@@ -345,7 +345,8 @@ class Campaign:
     reports_dir: Path = field(default=Path("reports"), metadata=key(yaml=str, resolve=resolve_path))
     description: str = ""
     question: str = ""
-    """The question the page opens with (default: the playbook's)."""
+    """The question the page opens with, above the description (without it: the description opens the page;
+    without both, the playbook's generic question; `perflib.config.opening_question`)."""
     other_backends: tuple[str, ...] = ()
     other_backends_note: str = ""
     compare_with: tuple[ReferenceSpec, ...] = ()

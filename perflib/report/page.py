@@ -20,9 +20,9 @@ import pandas as pd
 
 from perflib import checks, derive, rundir
 from perflib import verdicts as v
-from perflib.config import Campaign
+from perflib.config import Campaign, opening_question
 from perflib.derive import DerivedTables
-from perflib.errors import InputError, PerflibError
+from perflib.errors import InputError
 from perflib.report import evidence as ev
 from perflib.report import figures as fig
 from perflib.report import markdown as mdt
@@ -273,8 +273,8 @@ def summary_markdown(campaign: Campaign, tables: DerivedTables, sections: Sequen
     gates = [g for gate in campaign.gates for g in v.evaluate_gate(gate, tables, ctx)]
     level_checks = checks.level_checks(tables.runs, tables.trace_runs)
     headline = ev.before_after(tables, campaign, [a.name for a in campaign.compared_arms], gates, None)[1]
-    return sec.summary(campaign.question or _playbook_question(campaign), verdict_list, headline, gates,
-                       level_checks, sections)
+    question = opening_question(campaign)[0]
+    return sec.summary(question, verdict_list, headline, gates, level_checks, sections)
 
 
 def build_page_data(campaign: Campaign, tables: DerivedTables, data_dir: Path, reports_dir: Path, date: str,
@@ -302,25 +302,14 @@ def build_page_data(campaign: Campaign, tables: DerivedTables, data_dir: Path, r
         "Raw data": raw_section(campaign, data_dir, reports_dir),
     }
     present = [name for name in sec.ORDER if parts.get(name)]
-    question = campaign.question or _playbook_question(campaign)
+    question, source = opening_question(campaign)
     return {
         **_header(campaign, data_dir, date),
-        "summary": sec.summary(question, verdict_list, headline, gates, level_checks, present),
+        # the campaign's own question opens the page, above its description; a description opens it itself
+        "question": f"**Question.** {escape_md(question)}" if question and source != "description" else "",
+        "summary": sec.summary("", verdict_list, headline, gates, level_checks, present),
         "sections": [parts[name] for name in present] + [see_also_section(campaign, reports_dir)],
     }
-
-
-def _playbook_question(campaign: Campaign) -> str:
-    if not campaign.playbook:
-        return ""
-    import yaml
-
-    from perflib.config import playbook_path
-
-    try:
-        return str((yaml.safe_load(playbook_path(campaign.playbook).read_text()) or {}).get("description") or "")
-    except (OSError, ValueError, yaml.YAMLError, PerflibError):
-        return ""
 
 
 def _header(campaign: Campaign, data_dir: Path, date: str) -> dict[str, Any]:
