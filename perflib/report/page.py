@@ -274,7 +274,7 @@ def summary_markdown(campaign: Campaign, tables: DerivedTables, sections: Sequen
     level_checks = checks.level_checks(tables.runs, tables.trace_runs)
     headline = ev.before_after(tables, campaign, [a.name for a in campaign.compared_arms], gates, None)[1]
     question = opening_question(campaign)[0]
-    return sec.summary(question, verdict_list, headline, gates, level_checks, sections)
+    return sec.summary(question, verdict_list, headline, gates, level_checks, sections, tables.runs)
 
 
 def build_page_data(campaign: Campaign, tables: DerivedTables, data_dir: Path, reports_dir: Path, date: str,
@@ -304,16 +304,16 @@ def build_page_data(campaign: Campaign, tables: DerivedTables, data_dir: Path, r
     present = [name for name in sec.ORDER if parts.get(name)]
     question, source = opening_question(campaign)
     return {
-        **_header(campaign, data_dir, date),
+        **_header(campaign, data_dir, date, tables),
         # the campaign's own question opens the page, above its description; a description opens it itself
         "question": f"**Question.** {escape_md(question)}" if question and source != "description" else "",
-        "summary": sec.summary("", verdict_list, headline, gates, level_checks, present),
+        "summary": sec.summary("", verdict_list, headline, gates, level_checks, present, tables.runs),
         "sections": [parts[name] for name in present] + [see_also_section(campaign, reports_dir)],
     }
 
 
-def _header(campaign: Campaign, data_dir: Path, date: str) -> dict[str, Any]:
-    """The page's head: name, date, model, matrix and runs on disk."""
+def _header(campaign: Campaign, data_dir: Path, date: str, tables: DerivedTables | None = None) -> dict[str, Any]:
+    """The page's head: name, date, model, matrix, runs on disk and traces lost."""
     manifests = [m for _, m in _manifests(campaign, data_dir)]
     trace_only = campaign.trace_only_runs(data_dir)
     arms = [a.name for a in campaign.arms]
@@ -330,7 +330,22 @@ def _header(campaign: Campaign, data_dir: Path, date: str) -> dict[str, Any]:
         "trace_only": [escape_md(b.name) for b in campaign.backends if b.trace_only],
         "traces_found": sum(1 for _, p in trace_only if p is not None),
         "traces_expected": len(trace_only),
+        "traces_lost": _traces_lost(tables),
     }
+
+
+def _traces_lost(tables: DerivedTables | None) -> str:
+    """' Traces: 1 of 6 traced runs lost or cut short.' for the head line, or '' where none was."""
+    runs = tables.runs if tables is not None else None
+    if runs is None or not len(runs) or "trace_loss" not in runs.columns:
+        return ""
+    keys = ["arm", "backend", "batch", "context", "repeat"]
+    lost = {tuple(k) for k in runs[runs["trace_loss"].map(lambda t: isinstance(t, str) and bool(t.strip()))][keys]
+            .astype(str).itertuples(index=False)}
+    if not lost:
+        return ""
+    traced = {tuple(k) for k in tables.trace_runs[keys].astype(str).itertuples(index=False)}
+    return f" Traces: {len(lost)} of {len(traced | lost)} traced runs lost, cut short or incomplete (see below)."
 
 
 def render(data: dict[str, Any]) -> str:

@@ -157,6 +157,12 @@ def _no_trace(tables: DerivedTables, scope: Scope, batch: int | None = None) -> 
     sel = _select(tables.trace_runs, scope, batch)
     if sel is not None and len(sel):
         return Measured(None, "", f"no usable trace rows at {_where(scope, batch)}")
+    runs = _select(tables.runs, scope, batch)
+    lost = [str(t) for t in runs["trace_loss"] if isinstance(t, str) and t.strip()] \
+        if runs is not None and "trace_loss" in runs.columns else []
+    if lost:  # a trace was made and lost, or does not cover its window: the page's first screen says why
+        return Measured(None, "", f"no whole trace at {_where(scope, batch)}: {len(lost)} lost or cut short "
+                                  "(see Trace lost)")
     if scope.trace_note:
         return Measured(None, "", scope.trace_note)
     if scope.profiler in (None, "none") and scope.trace_hint and scope.arm:  # the key that would measure it
