@@ -281,3 +281,36 @@ def test_validate_refuses_an_of_that_names_no_compared_arm(tmp_path, capsys, arm
     assert main(["campaign", "validate", str(path)]) == 2
     err = capsys.readouterr().err
     assert err.startswith("perflib: error:") and f"arms[{bad}].of (line {line})" in err and "Traceback" not in err
+
+
+def test_the_flash_attention_example_is_a_new_users_campaign_and_its_traced_arm_is_fa_on(tmp_path, capsys):
+    """campaigns/cuda-h200-fa.yaml (issue 20): a command template, the CUDA build, the playbook without an
+    arm: key, its own question; the traced arm starts fa-on's command line under CUPTI."""
+    from support import REPO
+
+    from perflib.cli import main
+    from perflib.verdicts import Context, scopes
+
+    path = REPO / "campaigns" / "cuda-h200-fa.yaml"
+    assert main(["campaign", "validate", str(path)]) == 0
+    assert "the page opens with its question: Does flash attention" in capsys.readouterr().out
+    campaign = pc.load_campaign(path)
+    spec = campaign.backends[0].server_spec
+    assert spec.preset is None and spec.command and spec.build == "cuda" and campaign.playbook == "batched-decode"
+    assert all(c.arm is None for c in campaign.candidates) and max(campaign.batches) >= 32
+    library = tmp_path / "libcupti.so"
+    library.write_bytes(b"")
+    backend = campaign.backends[0]
+    argv = {}
+    for arm in ("fa-off", "fa-on", "fa-on-cupti"):
+        prepared = Prepared(spec, None, "/cache/llama-server", "/cache/model.gguf", library)
+        launch, _ = plan_launch(campaign, campaign.arm(arm), backend, prepared, tmp_path / arm, 1, port=8080)
+        argv[arm] = list(launch.argv)
+        assert launch.ready_timeout_s >= 120 and launch.grace_s >= 30  # CUDA start-up; CUPTI's flush at exit
+    assert argv["fa-on-cupti"] == argv["fa-on"] and argv["fa-on"][-2:] == ["--flash-attn", "on"]
+    assert argv["fa-off"][-2:] == ["--flash-attn", "off"] and argv["fa-on"][argv["fa-on"].index("--parallel") + 1] == "32"
+    ctx = Context.of(campaign)
+    gaps = next(c for c in campaign.candidates if c.id == "host-gaps")
+    by_arm = {s.arm: s for s in scopes(gaps, ctx)}
+    assert set(by_arm) == {"fa-off", "fa-on"} and [t[0] for t in by_arm["fa-on"].traced_by] == ["fa-on-cupti"]
+    assert by_arm["fa-off"].traced_by == () and by_arm["fa-off"].trace_hint == "cupti"
