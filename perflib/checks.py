@@ -10,6 +10,7 @@ figure that looks fine and is wrong. These checks compare what was measured two 
 | `timings_vs_counter` | at batch 1: the responses' `timings` step against the counter step | within 0.9–1.1× |
 | `spread` | the repeats' decode step, slowest over fastest | at most 1.5× |
 | `trace_steps` | the trace's step count in its decode window against that window over the client's steady step | 0.75–1.33× |
+| `trace_loss` | the run's trace against its window: the capture covers it, lost no record, was made | nothing lost (`perflib.derive`: runs.csv `trace_loss`) |
 
 A level that fails a check is *suspect*: the page says why beside the level and beside every
 verdict that rests on it. A run whose manifest says it was contended (`perflib.load.contention`:
@@ -92,7 +93,18 @@ def _level_failures(used: pd.DataFrame, traced: pd.DataFrame, batch: int) -> lis
         fails.append(_ratio_check("spread", steps.max() / steps.min(), f"repeats' decode step "
                                   f"{steps.min():.2f}-{steps.max():.2f} ms") or "")
     fails += _trace_step_failures(used, traced)
+    fails += _trace_loss_failures(used)
     return [f for f in fails if f]
+
+
+def _trace_loss_failures(used: pd.DataFrame) -> list[str]:
+    """A run whose trace does not cover its window, lost records or was never made (`perflib.derive`):
+    the level's trace figures rest on fewer or partial traces."""
+    if "trace_loss" not in used.columns:
+        return []
+    return [f"trace_loss: r{repeat}: {text.strip().replace('; ', ', ')}"  # '; ' separates the checks
+            for repeat, text in zip(used["repeat"], used["trace_loss"], strict=False)
+            if isinstance(text, str) and text.strip()]
 
 
 def _trace_step_failures(used: pd.DataFrame, traced: pd.DataFrame) -> list[str]:

@@ -3,8 +3,9 @@
 A server is profiled once for a whole sweep (rocprofv3, nsys, CUPTI injection or Kineto around the
 server process), but a campaign attributes each level on its own. Every run folder below a sweep's
 output that has level clocks gets `trace.parquet`: the dispatches overlapping its level window ± a
-margin, on the trace's own clock. Its manifest then records `trace_path` and `trace_cut`, so that
-`perflib campaign report` finds the cut and windows it to the decode window (SERVERS.md §5.2).
+margin, on the trace's own clock. Its manifest then records `trace_path` and `trace_cut` (the cut's
+bounds and how far the whole capture reaches), so that `perflib campaign report` finds the cut, windows it
+to the decode window (SERVERS.md §5.2) and sees where the capture did not cover that window.
 The cut files are also the committable form: compressed and holding only the windows that matter.
 
 A cut never destroys a committed one: where a run folder already holds a cut, the new window
@@ -103,8 +104,18 @@ def _keep_existing(run_dir: Path, target: Path, n_new: int, replace_cuts: bool) 
     return None
 
 
+def capture_span(trace: Any) -> tuple[int, int] | None:
+    """(first start, last end) of all the dispatches of a lifetime trace, in ns on its clock: how far
+    the capture reaches, which a cut keeps (`trace_cut.capture_start_ns` / `capture_end_ns`) so that a
+    run whose window the capture did not cover is never attributed as if it did (`perflib.derive`)."""
+    frame = trace.dispatches
+    if not len(frame):
+        return None
+    return int(frame["start_ns"].min()), int(frame["end_ns"].max())
+
+
 def _cut_one(trace: Any, manifest_path: Path, margin_ns: int, repeats: int | None, name: str,
-             replace_cuts: bool) -> Cut:
+             replace_cuts: bool, span: tuple[int, int] | None = None) -> Cut:
     """One run folder's cut: skipped, kept as it was, or written (and its manifest updated)."""
     run_dir = manifest_path.parent
     target = run_dir / name
@@ -133,7 +144,8 @@ def _cut_one(trace: Any, manifest_path: Path, margin_ns: int, repeats: int | Non
     out = _write_atomic(trace, inside, target, start, end)
     manifest["trace_path"] = out.name
     manifest["trace_cut"] = {"from": Path(str(trace.path)).name, "source": trace.source, "clock": clock,
-                             "margin_ms": margin_ns / 1e6, "start_ns": start, "end_ns": end}
+                             "margin_ms": margin_ns / 1e6, "start_ns": start, "end_ns": end,
+                             "capture_start_ns": span[0] if span else None, "capture_end_ns": span[1] if span else None}
     manifest.pop("trace_note", None)
     rundir.write_json_atomic(manifest_path, manifest)
     return Cut(run_dir, out, len(inside), kernels, start, end, clock,
@@ -152,4 +164,5 @@ def cut_into_runs(trace: Any, runs_dir: str | Path, margin_ns: int = 50_000_000,
     manifests = _run_manifests(runs_dir)
     if not manifests:
         raise PerflibError(f"{runs_dir}: no run folder with a manifest.json below it (expected a `perflib sweep --out` folder)")
-    return [_cut_one(trace, m, margin_ns, repeats, name, replace) for m in manifests]
+    span = capture_span(trace)
+    return [_cut_one(trace, m, margin_ns, repeats, name, replace, span) for m in manifests]

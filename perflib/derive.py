@@ -19,14 +19,16 @@ import pandas as pd
 from perflib import attribution, checks, classes, rundir, runs, traces
 from perflib.config import Campaign, RunSpec
 from perflib.errors import InputError, PerflibError
+from perflib.server import losses
 
 KEYS = ["campaign", "arm", "backend", "batch", "context", "repeat"]
 COLUMNS: dict[str, list[str]] = {
     "runs": KEYS + ["status", "ok", "failed", "ttft_ms", "ttft_p95_ms", "decode_tok_s", "aggregate_tok_s",
                     "decode_step_ms", "raw_step_ms", "steady_step_ms", "occupancy", "prefill_chunks", "mixed_steps",
-                    "decode_steps", "decode_tokens", "own_step_share", "prefill_share", "other_share", "window_ms"],
+                    "decode_steps", "decode_tokens", "own_step_share", "prefill_share", "other_share", "window_ms",
+                    "trace_loss", "profiler_loss"],
     "trace_runs": KEYS + ["dispatches", "window_ms", "busy_ms", "gap_ms", "busy_share", "steps", "busy_ms_per_step",
-                          "gap_ms_per_step", "step_method"],
+                          "gap_ms_per_step", "step_method", "steps_guessed"],
     "classes": KEYS + ["kernel_class", "time_ms", "count", "ms_per_step", "share"],
     "kernels": KEYS + ["kernel", "kernel_class", "time_ms", "count", "ms_per_step", "share"],
     "gaps": KEYS + ["bucket", "gap_ms", "count"],
@@ -107,24 +109,103 @@ def _read_trace_keyed(path: str, size: int, mtime_ns: int) -> Any:
     return traces.read_trace(path, mode=traces.ReadMode.LEAN)
 
 
-def trace_rows(campaign: Campaign, arm: str, backend: str, run_dir: Path, keys: dict[str, Any],
-               decode_steps: Any) -> tuple[dict[str, pd.DataFrame] | None, str | None]:
-    """Trace tables of one run, or (None, why not) where it has no trace or the trace is unreadable."""
+@dataclass(frozen=True)
+class Attributed:
+    """One run's trace tables, or why it has none; `loss`: why its trace is not whole ('' where it is,
+    or where none was made); `profiler_loss`: what the server start that served it reported lost."""
+
+    tables: dict[str, pd.DataFrame] | None
+    why: str | None = None
+    loss: str = ""
+    profiler_loss: str = ""
+
+
+SOURCE_KINDS = {"cupti-text": "cupti", "kineto": "torch", "nsys": "nsys"}
+"""The profiler whose loss lines to look for, by the trace's source, where the campaign names none (a
+server injected by hand: `CUDA_INJECTION64_PATH` in an arm's env)."""
+
+
+def _loss_kind(kind: str, source: str | None) -> str:
+    if kind not in ("none", "kineto"):
+        return kind
+    source = str(source or "")
+    return SOURCE_KINDS.get(source, "rocprofv3" if source.startswith("rocp") else "")
+
+
+@functools.lru_cache(maxsize=16)
+def _scanned_log(path: str, size: int, mtime_ns: int, kind: str) -> tuple[dict[str, Any], ...]:
+    return tuple(losses.scan(Path(path), kind))
+
+
+def _start_losses(run_dir: Path, kind: str) -> tuple[str, int | None]:
+    """(what the start that served this run reported lost, the records it says it dropped). Its
+    `server.json` entry where it was scanned when the server stopped; else (data from before that, or a
+    server started by hand) the loss lines of the whole `server.log` beside the run folders."""
+    start = rundir.server_start_of(run_dir) or {}
+    if "losses" not in start:
+        log = run_dir.parent / rundir.SERVER_LOG
+        found: tuple[dict[str, Any], ...] = ()
+        if kind and log.is_file():
+            stat = log.stat()
+            found = _scanned_log(str(log.resolve()), stat.st_size, stat.st_mtime_ns, kind)
+        start = {**start, "losses": list(found)}
+    return losses.describe(start), losses.dropped(start)
+
+
+def _tolerance_ns(window: Any, count: Any) -> int:
+    """How far a window may reach past a capture's first or last record and still be covered: two steps
+    (the last step's kernels end a host turn before the window does), else 5% of it; at least 1 ms."""
+    length = int(window.end_ns) - int(window.start_ns)
+    steps = getattr(count, "count", None)
+    return max(2 * length // steps if steps else length // 20, 1_000_000)
+
+
+def _capture_span(trace: Any, manifest: dict[str, Any]) -> tuple[int, int] | None:
+    """How far the capture reaches: the `capture_start_ns`/`capture_end_ns` a cut recorded, else (a cut
+    made before they were recorded, or a file per run) the trace's own first start and last end."""
+    cut = manifest.get("trace_cut") if isinstance(manifest.get("trace_cut"), dict) else {}
+    start, end = cut.get("capture_start_ns"), cut.get("capture_end_ns")
+    if isinstance(start, int) and isinstance(end, int):
+        return start, end
+    frame = trace.dispatches
+    return (int(frame["start_ns"].min()), int(frame["end_ns"].max())) if len(frame) else None
+
+
+def attribute_run(campaign: Campaign, arm: str, backend: str, run_dir: Path, keys: dict[str, Any],
+                  decode_steps: Any) -> Attributed:
+    """The trace tables of one run, windowed as the page reads it, or why not. A trace that does not
+    cover its window (the capture began late or ended early) is not attributed: its uncovered part would
+    read as host gaps. A trace that was to be made and was not says why (`trace_lost`)."""
     spec = campaign.backend(backend) if backend in {b.name for b in campaign.backends} else None
     run = RunSpec(campaign.name, arm, backend, keys["batch"], keys["context"], keys["repeat"], campaign.decode_tokens)
+    kind = campaign.profiler(arm, backend).kind if spec else "none"
+    manifest = rundir.read_manifest(run_dir, missing_ok=True) or {}
+    lost = str(manifest.get("trace_lost") or "")
     path = campaign.trace_path(run)
     if path is None:
-        kind = spec.profiler.kind if spec else "unknown"
-        return None, f"arm {arm}: no kernel trace for backend {backend} (profiler: {kind})"
+        shown = spec.profiler.kind if spec else "unknown"
+        why = lost or f"arm {arm}: no kernel trace for backend {backend} (profiler: {shown})"
+        if not lost and kind not in ("none", "kineto") and not manifest.get("trace_note"):
+            lost = f"{run.label}: the {kind} profiler ran but no trace reached this run folder"  # and nothing said why
+            why = lost
+        return Attributed(None, why, lost, _start_losses(run_dir, _loss_kind(kind, None))[0] if lost else "")
     if not path.exists():
-        return None, f"{run.label}: trace path {path} does not exist"
+        why = f"{run.label}: trace path {path} does not exist"
+        return Attributed(None, why, lost or why)
     try:
         trace = _read_trace_cached(path)
         # the window and the steps counted for it, as `trace summary --manifest` reads them too:
         # decode (SERVERS.md §5.2, steps from the request records), level (the counters), steps
         marker = spec.profiler.step_marker if spec else None
-        level = attribution.run_window(trace, run_dir, spec.profiler.window if spec else "decode",
-                                       counters=decode_steps, step_marker=marker)
+        mode = spec.profiler.window if spec else "decode"
+        level = attribution.run_window(trace, run_dir, mode, counters=decode_steps, step_marker=marker)
+        reported, dropped = _start_losses(run_dir, _loss_kind(kind, trace.source))
+        span = _capture_span(trace, manifest)
+        if span is not None:
+            covered = attribution.coverage(level.window, span, _tolerance_ns(level.window, level.count))
+            if not covered.covered:
+                loss = covered.describe(f"{mode} window") + (f": {reported}" if reported else "")
+                return Attributed(None, f"{run.label}: trace not attributed: {loss}", loss, reported)
         table: Any = None
         if spec and spec.kernel_classes:
             file = campaign.class_file(spec)
@@ -132,19 +213,31 @@ def trace_rows(campaign: Campaign, arm: str, backend: str, run_dir: Path, keys: 
         summary = attribution.summarize(trace, window=level.window, classes=table, steps=level.count,
                                         step_marker=marker)
     except Exception as exc:  # noqa: BLE001 - a bad trace is a result for the page, not a crash
-        return None, f"{run.label}: trace {path} could not be attributed: {exc}"
+        why = f"{run.label}: trace {path} could not be attributed: {exc}"
+        return Attributed(None, why, why)
     out = {
         "trace_runs": pd.DataFrame([{**keys, "dispatches": summary.dispatches, "window_ms": summary.window_ms,
                                      "busy_ms": summary.busy_ms, "gap_ms": summary.gap_ms,
                                      "busy_share": summary.busy_share, "steps": summary.steps,
                                      "busy_ms_per_step": summary.busy_ms_per_step,
-                                     "gap_ms_per_step": summary.gap_ms_per_step, "step_method": summary.step_method}]),
+                                     "gap_ms_per_step": summary.gap_ms_per_step, "step_method": summary.step_method,
+                                     "steps_guessed": summary.steps_guessed}]),
         "classes": summary.classes.assign(**keys),
         "kernels": summary.kernels.assign(**keys),
         "gaps": summary.gap_buckets.assign(**keys),
         "steps": summary.step_table.assign(**keys),
     }
-    return out, None
+    loss = (f"its server start's capture lost {dropped:,} records, where is not known (see Profiler losses)"
+            if dropped else "")
+    return Attributed(out, None, loss, reported)
+
+
+def trace_rows(campaign: Campaign, arm: str, backend: str, run_dir: Path, keys: dict[str, Any],
+               decode_steps: Any) -> tuple[dict[str, pd.DataFrame] | None, str | None]:
+    """Trace tables of one run, or (None, why not) where it has no trace, the trace is unreadable or does
+    not cover the run's window (`attribute_run`)."""
+    done = attribute_run(campaign, arm, backend, run_dir, keys, decode_steps)
+    return done.tables, done.why
 
 
 def _add(parts: dict[str, list[pd.DataFrame]], tables: dict[str, pd.DataFrame]) -> None:
@@ -175,17 +268,19 @@ def _run_folder_rows(campaign: Campaign, parts: dict[str, list[pd.DataFrame]], n
     out_why = checks.left_out(frame) if len(frame) else pd.Series(dtype=object)
     for i, (row, (arm, backend, run_dir, keys)) in enumerate(zip(rows, where, strict=True)):
         row["left_out"] = out_why.iloc[i] if len(out_why) else ""
+        row["trace_loss"], row["profiler_loss"] = "", ""
         if str(row.get("status", "incomplete")) != "complete" or row["left_out"]:
             # a crashed or contended level's trace must not enter the medians and verdicts
             why = "incomplete" if not row["left_out"] else row["left_out"].split(";")[0]
             notes.append(f"{arm}/{backend}/{run_dir.name}: run {why}, its trace is not attributed")
             continue
-        tables, reason = trace_rows(campaign, arm, backend, run_dir, keys, row.get("decode_steps"))
-        if tables is None:
-            if reason and reason not in notes:
-                notes.append(reason)
+        done = attribute_run(campaign, arm, backend, run_dir, keys, row.get("decode_steps"))
+        row["trace_loss"], row["profiler_loss"] = done.loss, done.profiler_loss
+        if done.tables is None:
+            if done.why and done.why not in notes:
+                notes.append(done.why)
             continue
-        _add(parts, tables)
+        _add(parts, done.tables)
     return rows
 
 

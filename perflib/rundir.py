@@ -38,6 +38,8 @@ GAUGES = "gauges.jsonl"
 METRICS_BEFORE = "metrics_before.txt"
 METRICS_AFTER = "metrics_after.txt"
 SERVER_LOG = "server.log"
+SERVER_RECORD = "server.json"
+"""Beside the run folders of an (arm, backend): every start of its server (`perflib.campaign.servers`)."""
 TRACE_NAMES = ("trace", "trace.json", "trace.json.gz", "trace.parquet")
 """Where a run folder holds its own trace when the manifest names none (a folder or a file)."""
 
@@ -391,6 +393,21 @@ def find_trace(run: Path | str, manifest: Mapping[str, Any] | None = None) -> Pa
 
 
 # ------------------------------------------------------------------------------------- JSON Lines
+
+
+def server_start_of(run: Path | str) -> dict[str, Any] | None:
+    """The start of the server that served a campaign run folder: the last entry of the `server.json`
+    beside it whose `runs` name this run (`<arm>/<backend>/<folder>`); None where there is no record, or
+    none names the run (a server perflib did not start)."""
+    run = Path(run)
+    try:
+        doc = json.loads((run.parent / SERVER_RECORD).read_text())
+    except (OSError, ValueError):
+        return None
+    starts = doc.get("starts") if isinstance(doc, dict) else None
+    label = f"{run.parent.parent.name}/{run.parent.name}/{run.name}"
+    mine = [s for s in starts or [] if isinstance(s, dict) and label in (s.get("runs") or [])]
+    return mine[-1] if mine else None
 
 
 def append_jsonl(path: Path | str, obj: Mapping[str, Any]) -> None:

@@ -25,8 +25,10 @@ from perflib.attribution.steps import StepCount, StepSplit, find_steps
 from perflib.attribution.summary import GAP_BUCKETS, TraceSummary, busy_ns, gap_buckets, summarize
 from perflib.attribution.windows import (
     DEFAULT_STEP_MARKER,
+    Coverage,
     DecodeWindow,
     Window,
+    coverage,
     decode_window_from_run,
     parse_window,
     trace_span,
@@ -38,8 +40,8 @@ from perflib.attribution.windows import (
 )
 
 __all__ = [
-    "DEFAULT_STEP_MARKER", "ENGINE_FAMILIES", "GAP_BUCKETS", "MIN_STEPS", "DecodeWindow", "LevelWindow", "StepCount",
-    "StepFamily", "StepSplit", "TraceSummary", "Window", "busy_ns", "decode_window_from_run", "find_steps",
+    "DEFAULT_STEP_MARKER", "ENGINE_FAMILIES", "GAP_BUCKETS", "MIN_STEPS", "Coverage", "DecodeWindow", "LevelWindow", "StepCount",
+    "StepFamily", "StepSplit", "TraceSummary", "Window", "busy_ns", "coverage", "decode_window_from_run", "find_steps",
     "gap_buckets", "manifest_window", "marked_steps", "parse_window", "run_window", "summarize", "trace_span",
     "window_from_clocks", "window_from_manifest", "window_from_marker", "window_from_range",
     "window_from_step_annotations", "window_from_step_markers",

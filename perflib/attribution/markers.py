@@ -7,8 +7,8 @@ one SGLang trace) does not count the step twice:
 1. a range the campaign names (`profiler.step_marker`, or `trace summary --steps REGEX`): NVTX, roctx
    or annotation names;
 2. SGLang's `step[DECODE bs=32]` / `step[EXTEND bs=8 toks=4096]` (`ModelRunner.forward`'s span);
-3. vLLM's `execute_model` / `execute_<n>_context_...generation_...` ranges (the model runner's
-   `record_function`);
+3. vLLM's `execute_model` / `execute_<n>_context_...generation_...` ranges and vLLM V1's
+   `execute_context_<n>(<tokens>)_generation_<m>(<n>)` (the model runner's `record_function`);
 4. the PyTorch profiler's `ProfilerStep#N`.
 
 A range seen on the GPU stream (Kineto's `gpu_user_annotation`) covers the kernels launched inside
@@ -43,7 +43,8 @@ class StepFamily:
 
 ENGINE_FAMILIES: tuple[StepFamily, ...] = (
     StepFamily("SGLang step[...] annotations", r"^step\["),
-    StepFamily("vLLM execute_... annotations", r"^execute_(?:model\b|\d+_context_\d+)"),
+    StepFamily("vLLM execute_... annotations",
+               r"^execute_(?:model\b|\d+_context_\d+|context_\d+\(\d+\)_generation_\d+\(\d+\))"),
     StepFamily("ProfilerStep# markers", DEFAULT_STEP_MARKER),
 )
 """The engines' own step ranges, in the order they are tried after a named one."""

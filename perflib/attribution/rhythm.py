@@ -48,6 +48,9 @@ COVERAGE = 0.5
 HOST_TURN = 4.0
 """An opener's median idle over the window's median positive idle, at least, for a step boundary."""
 SAME_PERIOD = 0.05
+GUESS = "dispatch rhythm, a guess"
+"""How a step method found here begins: the count is inferred from the names' repetition, not marked
+or counted (a page and `--json` say so: `StepSplit.guessed`, `TraceSummary.steps_guessed`)."""
 
 
 @dataclass(frozen=True)
@@ -175,7 +178,7 @@ def _gap_split(starts: np.ndarray, idle: np.ndarray, window_end: int) -> Rhythm 
         return None
     seg_starts = np.concatenate(([starts[0]], starts[cut]))
     seg_ends = np.append(starts[cut], window_end)
-    return Rhythm(seg_starts, seg_ends, f"dispatch rhythm (gap split: idle > {threshold / 1e3:.1f} us, 10x median)")
+    return Rhythm(seg_starts, seg_ends, f"{GUESS} (gap split: idle > {threshold / 1e3:.1f} us, 10x median)")
 
 
 def steps_from_rhythm(codes: np.ndarray, names: Sequence[str], starts: np.ndarray, ends: np.ndarray,
@@ -195,5 +198,5 @@ def steps_from_rhythm(codes: np.ndarray, names: Sequence[str], starts: np.ndarra
     if found is None:
         return None
     seg_starts, seg_ends, med = found
-    method = f"dispatch rhythm (period {med:.0f} dispatches, opened by {base_name(names[step.code])})"
+    method = f"{GUESS} (period {med:.0f} dispatches, opened by {base_name(names[step.code])})"
     return Rhythm(seg_starts, seg_ends, method, step)

@@ -4,7 +4,7 @@
    step annotations (SGLang `step[...]`, vLLM `execute_...`), the PyTorch profiler's `ProfilerStep#N`.
 2. A count for the window from outside the trace (`StepCount`): the request records of a decode window,
    the server's counters of a level window (`perflib.attribution.level`).
-3. The dispatch rhythm (`perflib.attribution.rhythm`).
+3. The dispatch rhythm (`perflib.attribution.rhythm`): a guess, and labelled one (`StepSplit.guessed`).
 
 A count given outright (`summarize(steps=N)`, `trace summary --steps N`) overrides the order. A step
 split is the boundaries `[starts[k], ends[k])` of each step found in the window and the method that
@@ -39,6 +39,9 @@ class StepSplit:
     ends: np.ndarray
     method: str
     count: int | None = None  # a count from outside the trace, without boundaries
+    guessed: bool = False
+    """True where the steps come from the dispatch rhythm: inferred, neither marked by the engine nor
+    counted by the client or the server."""
 
 
 def _counted(count: int, method: str) -> StepSplit:
@@ -68,4 +71,4 @@ def find_steps(
     if isinstance(steps, StepCount) and steps.count > 0:
         return _counted(steps.count, steps.source)
     found = steps_from_rhythm(codes, names, s, e, int(window.end_ns))
-    return None if found is None else StepSplit(found.starts, found.ends, found.method)
+    return None if found is None else StepSplit(found.starts, found.ends, found.method, guessed=True)

@@ -87,6 +87,8 @@ class TraceSummary:
     class_table: str = "none"
     top: int = 10
     meta: dict[str, Any] = field(default_factory=dict)
+    steps_guessed: bool = False
+    """The step count is the dispatch rhythm's guess (`perflib.attribution.rhythm`), not marked or counted."""
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready: scalars, gap buckets, top-N gaps and kernels, all classes; NaN becomes null."""
@@ -101,6 +103,7 @@ class TraceSummary:
             "largest_gaps": _records(self.largest_gaps),
             "steps": self.steps,
             "step_method": self.step_method,
+            "steps_guessed": self.steps_guessed,
             "busy_ms_per_step": _num(self.busy_ms_per_step),
             "gap_ms_per_step": _num(self.gap_ms_per_step),
             "dispatches_per_step": _num(self.dispatches_per_step),
@@ -218,12 +221,18 @@ def _kernel_tables(
 def _in_window(dispatches: pd.DataFrame, window: Window) -> tuple[pd.DataFrame, np.ndarray, np.ndarray, int]:
     """The dispatches overlapping the window, their clipped starts and ends sorted by start, and how
     many began before the window and run into it (clipped and counted: the mlxcel decode split of
-    FORMATS.md §5.3 expects none at the decode start, so the summary says how many there are)."""
+    FORMATS.md §5.3 expects none at the decode start, so the summary says how many there are). A
+    window inside the trace's span that holds no dispatch (a host stall) is a result: nothing busy, all
+    of it gap. One that reaches outside the span and holds nothing is an error: the trace does not
+    cover it, and counting it as gap would invent a stall."""
     if window.end_ns <= window.start_ns:
         raise empty_window_error(window, dispatches, "end <= start")
     rows, s, e = _clip(dispatches, window)
     if rows.size == 0:
-        raise empty_window_error(window, dispatches, "no dispatch inside it")
+        span = trace_span(dispatches) if len(dispatches) else None
+        if span is None or window.start_ns < span.start_ns or window.end_ns > span.end_ns:
+            raise empty_window_error(window, dispatches, "no dispatch inside it, and it reaches outside the "
+                                     "trace's dispatches")
     straddling = int(np.count_nonzero(dispatches["start_ns"].to_numpy(dtype=np.int64)[rows] < int(window.start_ns)))
     if rows.size != len(dispatches):
         dispatches = dispatches.iloc[rows]
@@ -297,4 +306,5 @@ def summarize(
         class_table=table.name,
         top=int(top),
         meta={"straddling_start": straddling},
+        steps_guessed=bool(split is not None and split.guessed),
     )

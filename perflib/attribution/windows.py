@@ -195,6 +195,47 @@ def decode_window_from_run(trace: Any, run_dir: str | Path) -> DecodeWindow:
     return DecodeWindow(window, steps)
 
 
+@dataclass(frozen=True)
+class Coverage:
+    """How much of a window lies outside what a capture recorded: ns before its first record and after
+    its last, beyond the tolerance; `covered` where neither is."""
+
+    window: Window
+    span: tuple[int, int]
+    tolerance_ns: int
+    head_ns: int
+    tail_ns: int
+
+    @property
+    def covered(self) -> bool:
+        return self.head_ns <= self.tolerance_ns and self.tail_ns <= self.tolerance_ns
+
+    def describe(self, what: str = "window") -> str:
+        """'capture ended 412 ms into the 1.91 s decode window (its last 1.50 s has no record)', or ''."""
+        if self.covered:
+            return ""
+        w0, w1 = int(self.window.start_ns), int(self.window.end_ns)
+        length = f"{(w1 - w0) / 1e9:.2f} s {what}"
+        parts = []
+        if self.head_ns > self.tolerance_ns:
+            parts.append(f"capture began {(self.span[0] - w0) / _NS_PER_MS:.0f} ms into the {length}" if self.span[0] < w1
+                         else f"capture began {(self.span[0] - w1) / _NS_PER_MS:.0f} ms after the {length} ended")
+        if self.tail_ns > self.tolerance_ns:
+            parts.append(f"capture ended {(self.span[1] - w0) / _NS_PER_MS:.0f} ms into the {length} (its last "
+                         f"{self.tail_ns / 1e9:.2f} s has no record)" if self.span[1] > w0
+                         else f"capture ended {(w0 - self.span[1]) / _NS_PER_MS:.0f} ms before the {length} began")
+        return "; ".join(parts)
+
+
+def coverage(window: Window, span: tuple[int, int], tolerance_ns: int) -> Coverage:
+    """Whether a capture that recorded from `span[0]` to `span[1]` (its first dispatch's start and last
+    one's end, on the window's clock) covers the window, give or take `tolerance_ns` at each end (the last
+    step of a window ends a host turn before its end; nothing is recorded while the host works)."""
+    head = max(0, int(span[0]) - int(window.start_ns))
+    tail = max(0, int(window.end_ns) - int(span[1]))
+    return Coverage(window, (int(span[0]), int(span[1])), int(tolerance_ns), head, tail)
+
+
 def empty_window_error(window: Window, dispatches: pd.DataFrame, why: str) -> PerflibError:
     """The error for a window that holds nothing: the window, why, and where the dispatches are."""
     if len(dispatches):

@@ -31,11 +31,13 @@ class Collected:
 
 
 def _note_runs(runs: list[RunSpec], data: Path, note: str) -> None:
-    """Write why a run has no trace into the manifests of runs that were measured."""
+    """Write why a run has no trace into the manifests of runs that were measured: `trace_note`, and
+    `trace_lost` (a trace that was to be made and was not; the page names it on its first screen)."""
     for run in runs:
         manifest = rundir.read_manifest(run.run_dir(data), missing_ok=True)
         if manifest is not None:
             manifest["trace_note"] = note
+            manifest["trace_lost"] = note
             rundir.write_manifest(run.run_dir(data), manifest)
 
 
@@ -66,6 +68,7 @@ def collect_segment(segment: Segment, data: Path, keep_repeats: int | None = Non
             cuts += cut.cut_into_runs(trace, run.run_dir(data), repeats=keep_repeats)
         except (PerflibError, OSError, ValueError) as exc:
             errors.append((run.label, f"cut of {capture}: {exc}"))
+            _note_runs([run], data, f"cut of {capture}: {exc}")
     _compress(capture)
     return Collected(capture, tuple(cuts), tuple(errors))
 

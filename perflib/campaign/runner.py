@@ -46,6 +46,13 @@ class CampaignResult:
     page: Path | None = None
     claimed: tuple[tuple[str, str], ...] = ()
     """(arm/backend, who holds it) for the groups another runner was measuring."""
+    partial: tuple[tuple[str, str], ...] = ()
+    """(run, why) for complete runs whose trace was lost, cut short or not attributed: the page's Trace lost
+    line, and this invocation's capture, cut and profile failures of runs whose counters stand."""
+    on_disk: tuple[int, int] | None = None
+    """(complete, all) run folders of the campaign, as the page counts them (None: no page written)."""
+    steps_guessed: tuple[str, ...] = ()
+    """Traced runs whose step count is the dispatch rhythm's guess (the page marks them)."""
 
 
 @dataclass
@@ -134,12 +141,55 @@ def run_campaign(campaign: Campaign, data_dir: Path | None = None, reports_dir: 
                         _serve_group(campaign, arm, backend, fresh, data, how, state, ready, held, log)
     finally:
         state.bar.close()
+    tables, page = None, None
     if write_page:
-        from perflib import report  # pandas, matplotlib, jinja2: only for the page
+        from perflib import derive, report  # pandas, matplotlib, jinja2: only for the page
 
-    page = report.write_report(campaign, data_dir=data, reports_dir=reports_dir) if write_page else None
-    return CampaignResult(tuple(state.done), tuple(skipped), tuple(state.failed), tuple(state.contended), page,
-                          tuple(state.claimed))
+        tables = derive.build_and_write(campaign, data)
+        page = report.write_report(campaign, data_dir=data, reports_dir=reports_dir, tables=tables)
+    failed, partial = _failed_and_partial(campaign, data, state.failed, tables)
+    return CampaignResult(tuple(state.done), tuple(skipped), failed, tuple(state.contended), page,
+                          tuple(state.claimed), partial, _on_disk(tables), _guessed(tables))
+
+
+def _failed_and_partial(campaign: Campaign, data: Path, failures: list[tuple[str, str]],
+                        tables: Any) -> tuple[tuple[tuple[str, str], ...], tuple[tuple[str, str], ...]]:
+    """This invocation's failures split as the page splits them: a run whose folder is incomplete failed;
+    one that is complete but whose capture, cut or profile failed is partial, its counters used. With
+    the derived tables, every run the page names under Trace lost is partial too, with the page's why."""
+    runs = {r.label: r for r in campaign.expand()}
+    failed, partial = [], {}
+    for label, error in failures:
+        run = runs.get(label)
+        if run is not None and rundir.is_complete(run.run_dir(data)):
+            partial.setdefault(label, error)
+        else:
+            failed.append((label, error))
+    frame = getattr(tables, "runs", None)
+    if frame is not None and len(frame) and "trace_loss" in frame.columns:
+        for row in frame.itertuples(index=False):
+            loss = row.trace_loss if isinstance(row.trace_loss, str) else ""
+            if loss.strip() and str(row.status) == "complete":
+                label = RunSpec(campaign.name, str(row.arm), str(row.backend), int(row.batch), int(row.context),
+                                int(row.repeat), campaign.decode_tokens).label
+                partial[label] = loss
+    return tuple(failed), tuple(sorted(partial.items()))
+
+
+def _on_disk(tables: Any) -> tuple[int, int] | None:
+    frame = getattr(tables, "runs", None)
+    if frame is None:
+        return None
+    return int((frame["status"].astype(str) == "complete").sum()) if len(frame) else 0, len(frame)
+
+
+def _guessed(tables: Any) -> tuple[str, ...]:
+    frame = getattr(tables, "trace_runs", None)
+    if frame is None or not len(frame) or "steps_guessed" not in frame.columns:
+        return ()
+    guessed = frame[frame["steps_guessed"].map(lambda v: str(v).lower() in ("true", "1"))]
+    return tuple(f"{r.arm}/{r.backend}/b{int(r.batch)}_c{int(r.context)}_r{int(r.repeat)}"
+                 for r in guessed.itertuples(index=False))
 
 
 def _logger(progress: bool) -> Any:
@@ -268,9 +318,11 @@ def _measure(campaign: Campaign, run: RunSpec, data: Path, served: ServedArm, ho
 
 
 def _note_trace(run: RunSpec, data: Path, note: str) -> None:
+    """A run whose trace was to be made and was not: `trace_note` and `trace_lost` in its manifest."""
     manifest = rundir.read_manifest(run.run_dir(data), missing_ok=True)
     if manifest is not None:
         manifest["trace_note"] = note
+        manifest["trace_lost"] = note
         rundir.write_manifest(run.run_dir(data), manifest)
 
 

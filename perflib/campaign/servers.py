@@ -23,12 +23,13 @@ from typing import Any
 from perflib import rundir, server
 from perflib.config import ArmSpec, BackendSpec, Campaign, RunSpec, ServerSpec
 from perflib.errors import PerflibError, interrupt_text
+from perflib.server import losses
 from perflib.server.presets import PRESETS, Preset, render
 from perflib.server.process import Launch, ServerHandle
 from perflib.server.profilers import Capture, files_under, new_files, toggle_torch_profile
 
-SERVER_RECORD = "server.json"
-"""Every start of an (arm, backend) server: argv, added environment, identity, exit."""
+SERVER_RECORD = rundir.SERVER_RECORD
+"""Every start of an (arm, backend) server: argv, added environment, identity, exit, what its profiler lost."""
 
 
 def host_name() -> str:
@@ -64,6 +65,7 @@ def prepare(campaign: Campaign, arm: ArmSpec, backend: BackendSpec, progress: bo
     spec = backend.server_spec
     if spec is None:
         raise PerflibError(f"backend {backend.name}: no server to start (give server: or url:)")
+    arm = campaign.arm_config(arm.name)  # a traced arm runs its `of` arm's binary
     preset = PRESETS.get(spec.preset) if spec.preset else None
     binary: str | None
     if arm.binary:
@@ -103,9 +105,11 @@ def plan_launch(campaign: Campaign, arm: ArmSpec, backend: BackendSpec, prepared
 
     The command is the preset's (or `server.command`), then the preset's threads flag where the
     backend gives `threads`, then `server.args`, the backend's `extra_args` and the arm's. The
-    environment is `server.env`, the backend's `env`, the arm's, then the profiler's.
+    environment is `server.env`, the backend's `env`, the arm's, then the profiler's. The arm's are
+    its configuration (`Campaign.arm_config`): a traced arm's are its `of` arm's with its own added.
     """
     spec, preset = prepared.spec, prepared.preset
+    arm = campaign.arm_config(arm.name)
     profiler = campaign.profiler(arm.name, backend.name)
     capture_dir = arm_dir / "capture" / (profiler.kind if profiler.kind == "torch" else f"{segment}")
     port = port or server.free_port()
@@ -192,7 +196,7 @@ class ServedArm:
         segment.record = {"segment": segment.number, "host": host_name(), "argv": list(launch.argv),
                           "env_added": dict(launch.env), "base_url": launch.base_url, "health": launch.health_url,
                           "capture": str(capture.directory) if capture else None,
-                          "started_at": time.time(), "runs": []}
+                          "log_offset": _size(launch.log_path), "started_at": time.time(), "runs": []}
         self.segments.append(segment)
         try:
             segment.handle = server.start(launch)
@@ -235,6 +239,7 @@ class ServedArm:
             return
         code = segment.handle.stop()
         segment.record.update(ended_at=time.time(), ended=why, exit_code=code)
+        self._record_losses(segment)
         self._write_record()
 
     def _end_segment(self, how: str, why: str | None) -> None:
@@ -242,7 +247,24 @@ class ServedArm:
         if segment is not None and "ended" not in segment.record:
             code = segment.handle.process.returncode if segment.handle else None
             segment.record.update(ended_at=time.time(), ended=how, exit_code=code, error=why)
+            self._record_losses(segment)
             self._write_record()
+
+    def _record_losses(self, segment: Segment) -> None:
+        """For a profiled start that has ended: the loss lines of its profiler in its part of the server
+        log and in the capture's own text (`perflib.server.losses`), the record counts its capture wrote
+        (None: not reported), and what they add up to (`losses_text`, '' where nothing was lost)."""
+        if segment.capture is None:
+            return
+        launch, kind = segment.launch, segment.capture.kind
+        found = losses.scan(launch.log_path, kind, int(segment.record.get("log_offset") or 0))
+        if launch.stdout_path is not None:
+            found += losses.scan(launch.stdout_path, kind)
+        segment.record.update(losses=found, profiler_stats=losses.read_stats(segment.capture.directory))
+        segment.record["losses_text"] = losses.describe(segment.record)
+        if segment.record["losses_text"]:
+            self.log(f"{self.arm.name}/{self.backend.name} start {segment.number}: the {kind} capture may have lost "
+                     f"records: {segment.record['losses_text']}")
 
     def _write_record(self) -> None:
         if self.external:
@@ -310,6 +332,14 @@ class ServedArm:
             manifest["trace_made_by"] = {"profiler": "torch", "from": str(first)}
             rundir.write_manifest(run_dir, manifest)
         return None
+
+
+def _size(path: Path) -> int:
+    """The size of a file (0 where it is not there yet): where this start's part of an appended log begins."""
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
 
 
 def _earlier_starts(path: Path) -> list[dict[str, Any]]:

@@ -49,7 +49,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                                "`jupyter nbconvert --to markdown --no-input`")
     report_p.set_defaults(func=report)
 
-    check_p = sub.add_parser("validate", help="check a campaign file and print its matrix size")
+    check_p = sub.add_parser("validate", help="check a campaign file; print its matrix size and the question its "
+                             "page opens with (question:, else description:, else the playbook's)")
     check_p.add_argument("file")
     check_p.add_argument("--json", action="store_true")
     check_p.set_defaults(func=validate)
@@ -97,17 +98,24 @@ def validate(args: argparse.Namespace) -> int:
     import json
 
     from perflib.campaign import load_campaign
+    from perflib.config import opening_question
 
     campaign = load_campaign(args.file)
     runs = campaign.expand()
+    question, source = opening_question(campaign)
     info = {"campaign": campaign.name, "runs": len(runs), "arms": [a.name for a in campaign.arms],
-            "backends": [b.name for b in campaign.backends], "candidates": [c.id for c in campaign.candidates]}
+            "backends": [b.name for b in campaign.backends], "candidates": [c.id for c in campaign.candidates],
+            "question": question or None, "question_from": source or None}
     if args.json:
         print(json.dumps(info))
     else:
         print(f"{args.file}: campaign {campaign.name}: {len(runs)} runs ({len(campaign.arms)} arms x "
               f"{len(campaign.backends)} backends x {len(campaign.batches)} batches x {len(campaign.contexts)} "
               f"contexts x {campaign.repeats} repeats), {len(campaign.candidates)} candidates")
+        if question:
+            print(f"the page opens with its {source}: {question}")
+        else:
+            print("the page opens with no question (give question: or description:)")
     return 0
 
 
@@ -122,19 +130,31 @@ def run(args: argparse.Namespace) -> int:
     result = run_campaign(campaign, guard=args.guard, only=parse_only(args.only), kernel_name=args.kernel,
                           progress=True, write_page=not args.no_report, guard_idle_s=args.guard_idle_s,
                           contention_threshold=None if args.no_contention else args.contention_threshold)
+    on_disk = result.on_disk
     if args.json:
         print(json.dumps({"campaign": campaign.name, "done": list(result.done), "skipped": list(result.skipped),
                           "failed": [{"run": r, "error": e} for r, e in result.failed],
+                          "partial": [{"run": r, "why": w} for r, w in result.partial],
+                          "runs_complete": on_disk[0] if on_disk else None, "runs_total": on_disk[1] if on_disk else None,
+                          "steps_guessed": list(result.steps_guessed),
                           "contended": list(result.contended), "page": str(result.page) if result.page else None}))
     else:
         print(f"campaign {campaign.name}: {len(result.done)} runs measured, {len(result.skipped)} skipped "
-              f"(complete), {len(result.failed)} failed")
+              f"(complete), {len(result.failed)} failed, {len(result.partial)} partial (complete, trace lost or "
+              "cut short)")
         for label, error in result.failed:
             print(f"  FAILED {label}: {error}", file=sys.stderr)
+        for label, why in result.partial:
+            print(f"  PARTIAL {label}: {why}", file=sys.stderr)
+        if result.steps_guessed:
+            print(f"  steps guessed from the dispatch rhythm in {len(result.steps_guessed)} traced runs: "
+                  f"{', '.join(result.steps_guessed[:5])}{' ...' if len(result.steps_guessed) > 5 else ''}")
+        if on_disk:
+            print(f"on disk: {on_disk[0]} complete of {on_disk[1]} runs")
         if result.page:
             print(f"page: {result.page}")
-    if result.failed:
-        contended_only = all(e.startswith("contended on all") for _, e in result.failed)
+    if result.failed or result.partial:
+        contended_only = not result.partial and all(e.startswith("contended on all") for _, e in result.failed)
         return GUARD_EXIT if contended_only else 1
     return 0
 
@@ -142,18 +162,52 @@ def run(args: argparse.Namespace) -> int:
 def report(args: argparse.Namespace) -> int:
     import json
 
+    from perflib import derive
     from perflib.campaign import export_notebook
     from perflib.report import write_report
+    from perflib.report.sections import loss_lines
 
     campaign = _load(args)
-    page = write_report(campaign, date=args.date)
+    tables = derive.build_and_write(campaign)
+    page = write_report(campaign, date=args.date, tables=tables)
     exported = export_notebook(campaign) if args.notebook_export else None
+    state = _run_states(campaign, tables)
     if args.json:
-        print(json.dumps({"campaign": campaign.name, "page": str(page),
+        print(json.dumps({"campaign": campaign.name, "page": str(page), **state,
                           "derived": str(campaign.derived_dir()), "notebook_export": str(exported) if exported else None}))
     else:
         print(f"derived: {campaign.derived_dir()}")
+        print(f"runs: {state['runs_complete']} complete of {state['runs_total']}, {len(state['failed'])} failed, "
+              f"{len(state['partial'])} partial (trace lost or cut short)")
+        for line in loss_lines(tables.runs):  # the page's first screen, word for word
+            print(f"  {_plain(line[2:])}")
         print(f"page: {page}")
         if exported:
             print(f"notebook export: {exported}")
     return 0
+
+
+def _plain(markdown: str) -> str:
+    """A line of the page as terminal text: no bold, no backslash escapes, no HTML entities."""
+    import html
+    import re
+
+    return html.unescape(re.sub(r"\\([\\_*\[\]|`#])", r"\1", markdown.replace("**", "")))
+
+
+def _run_states(campaign, tables) -> dict:  # noqa: ANN001 - Campaign, DerivedTables (imported lazily)
+    """The page's counts of the runs: complete, failed (incomplete) and partial (trace lost), and the
+    traced runs whose steps are the dispatch rhythm's guess."""
+    runs = tables.runs
+    label = [f"{r.arm}/{r.backend}/b{int(r.batch)}_c{int(r.context)}_r{int(r.repeat)}"
+             for r in runs.itertuples(index=False)] if len(runs) else []
+    status = list(runs["status"].astype(str)) if len(runs) else []
+    loss = [t if isinstance(t, str) else "" for t in runs["trace_loss"]] if len(runs) else []
+    tr = tables.trace_runs
+    guessed = [f"{r.arm}/{r.backend}/b{int(r.batch)}_c{int(r.context)}_r{int(r.repeat)}"
+               for r in tr.itertuples(index=False) if str(getattr(r, "steps_guessed", "")).lower() in ("true", "1")]
+    return {"runs_complete": status.count("complete"), "runs_total": len(status),
+            "failed": [lab for lab, st in zip(label, status, strict=True) if st != "complete"],
+            "partial": [{"run": lab, "why": why.strip()} for lab, st, why in zip(label, status, loss, strict=True)
+                        if st == "complete" and why.strip()],
+            "steps_guessed": guessed}

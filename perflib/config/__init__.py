@@ -7,7 +7,15 @@
 - `thresholds`: `>= 0.75`, `< 15%` as a candidate writes them.
 """
 
-from perflib.config.loader import parse_only, playbook_path, read_campaign, read_playbook, replace_data_dir
+from perflib.config.loader import (
+    opening_question,
+    parse_only,
+    playbook_path,
+    playbook_question,
+    read_campaign,
+    read_playbook,
+    replace_data_dir,
+)
 from perflib.config.model import (
     ARM_ROLES,
     DIALECTS,
@@ -36,6 +44,6 @@ from perflib.config.thresholds import Threshold, parse_threshold
 __all__ = [
     "ARM_ROLES", "DIALECTS", "MAX_RUNS", "PROFILER_KINDS", "SERVER_PRESETS", "START_KINDS", "WINDOWS", "ArmSpec", "BackendSpec", "Campaign",
     "CandidateSpec", "EnvironmentFile", "FallbackSpec", "GateSpec", "ModelSpec", "PageNote", "ProfilerSpec",
-    "ReferenceSpec", "RunSpec", "ServerSpec", "ShutdownSpec", "Threshold", "parse_only", "parse_threshold", "playbook_path", "read_campaign",
+    "ReferenceSpec", "RunSpec", "ServerSpec", "ShutdownSpec", "Threshold", "opening_question", "parse_only", "parse_threshold", "playbook_path", "playbook_question", "read_campaign",
     "read_playbook", "replace_data_dir",
 ]

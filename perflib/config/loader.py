@@ -107,6 +107,30 @@ def playbook_path(name: str) -> Path:
     return path
 
 
+def playbook_question(name: str | None) -> str:
+    """A built-in playbook's generic question (its `description`); '' without one or where unreadable."""
+    if not name:
+        return ""
+    import yaml
+
+    try:
+        return str((yaml.safe_load(playbook_path(name).read_text()) or {}).get("description") or "")
+    except (OSError, ValueError, yaml.YAMLError, PerflibError):
+        return ""
+
+
+def opening_question(campaign: Campaign) -> tuple[str, str]:
+    """What a campaign's page opens with, and where it comes from (`question`, `description`, `playbook
+    NAME`, or '' for nothing): its `question:`, else its `description` (shown as written), else its
+    playbook's generic question."""
+    if campaign.question:
+        return campaign.question, "question"
+    if campaign.description:
+        return campaign.description, "description"
+    question = playbook_question(campaign.playbook)
+    return question, (f"playbook {campaign.playbook}" if question else "")
+
+
 def read_playbook(name: str) -> tuple[tuple[CandidateSpec, Source], ...]:
     """The candidates of a built-in playbook, checked like a campaign's, each with where it is written."""
     path = playbook_path(name)
@@ -148,17 +172,35 @@ def _check_servers(campaign: Campaign, path: Path, lines: Lines) -> None:
     arm_names = [a.name for a in campaign.arms]
     if len(set(arm_names)) != len(arm_names):
         raise InputError(path, lines.where("arms"), "unique arm names", repr(arm_names))
+    compared = [a.name for a in campaign.arms if a.role == "compare"]
     for i, arm in enumerate(campaign.arms):
-        if arm.of is not None and arm.of not in arm_names:
-            raise InputError(path, lines.where(f"arms[{i}].of"), f"the name of another arm ({', '.join(arm_names)})",
-                             repr(arm.of))
-        compared = [a.name for a in campaign.arms if a.role == "compare"]
+        _check_of(arm, i, compared, campaign, path, lines)
         if arm.against is not None and (arm.against not in compared or arm.against == arm.name):
             raise InputError(path, lines.where(f"arms[{i}].against"),
                              f"the name of another compared arm ({', '.join(n for n in compared if n != arm.name)})",
                              repr(arm.against))
         for name in ("extra_args", "env"):
             _check_placeholders(getattr(arm, name), path, lines, f"arms[{i}].{name}")
+
+
+def _check_of(arm: Any, i: int, compared: list[str], campaign: Campaign, path: Path, lines: Lines) -> None:
+    """`of` is on a traced arm and names a compared arm: the configuration it runs again
+    (`Campaign.arm_config`); a traced arm of a traced arm, of itself or of a missing arm has none."""
+    if arm.of is None:
+        return
+    where = lines.where(f"arms[{i}].of")
+    if arm.role != "traced":
+        raise InputError(path, where, "'of' only on an arm with 'role: traced' (the same configuration as the "
+                         "arm it names, again under a profiler)", f"of: {arm.of} on an arm with role: {arm.role}")
+    others = [n for n in compared if n != arm.name]
+    expected = f"the name of a compared arm ({', '.join(others) or 'none'})"
+    if arm.of not in {a.name for a in campaign.arms}:
+        raise InputError(path, where, expected, f"{arm.of!r}, which is no arm of this campaign")
+    if arm.of == arm.name:
+        raise InputError(path, where, expected, f"{arm.of!r}, this arm itself")
+    if arm.of not in compared:
+        raise InputError(path, where, expected, f"{arm.of!r}, a traced arm (a traced arm repeats a compared "
+                         "arm's configuration, not another traced arm's)")
 
 
 def _check_placeholders(values: Any, path: Path, lines: Lines, where: str) -> None:

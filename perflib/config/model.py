@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 import string
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -42,7 +42,8 @@ START_KINDS = ("llama-server-local", "none")
 `none`: a trace-only backend (committed profiler captures, no server)."""
 SERVER_PRESETS = tuple(PRESETS)
 ARM_ROLES = ("compare", "traced")
-"""`traced`: the same configuration as the arm it names in `of`, again under a profiler."""
+"""`traced`: the same configuration as the arm it names in `of`, again under a profiler
+(`Campaign.arm_config`)."""
 MAX_RUNS = 100_000
 """The largest run matrix (arms × backends × contexts × batches × repeats) a campaign may name: counted
 before it is expanded, so a typo of `repeats: 100000000` is an error at once, not hours of work."""
@@ -181,7 +182,8 @@ class BackendSpec:
 @dataclass(frozen=True)
 class ArmSpec:
     """One side of a before/after comparison: a server build, extra flags or an environment, or (a
-    traced arm) the same configuration as `of` again under `profiler`."""
+    traced arm) the same configuration as `of` again under `profiler`: the server it starts is
+    `Campaign.arm_config`, never these fields alone."""
 
     name: str = field(metadata=key(check=safe_name))
     binary: str | None = None
@@ -343,7 +345,8 @@ class Campaign:
     reports_dir: Path = field(default=Path("reports"), metadata=key(yaml=str, resolve=resolve_path))
     description: str = ""
     question: str = ""
-    """The question the page opens with (default: the playbook's)."""
+    """The question the page opens with, above the description (without it: the description opens the page;
+    without both, the playbook's generic question; `perflib.config.opening_question`)."""
     other_backends: tuple[str, ...] = ()
     other_backends_note: str = ""
     compare_with: tuple[ReferenceSpec, ...] = ()
@@ -387,6 +390,22 @@ class Campaign:
             if spec.name == name:
                 return spec
         raise PerflibError(f"{self.path}: no arm named {name!r} (have {[a.name for a in self.arms]})")
+
+    def arm_config(self, name: str) -> ArmSpec:
+        """The configuration arm `name` runs, the one place it is resolved: a traced arm (`of: X`) runs
+        X's binary, `extra_args` and `env`, then its own on top (its own binary, where it names one,
+        and its own environment values win), then its profiler; any other arm is itself. A traced arm
+        whose `extra_args` start with X's, written out again as campaigns did before arms inherited
+        them, gets them once. `url` is not inherited: it is a server someone else runs, not a
+        configuration."""
+        arm = self.arm(name)
+        if arm.role != "traced" or not arm.of or arm.of == arm.name:
+            return arm
+        base = self.arm(arm.of)  # validated: a compared arm (`perflib.config.loader`)
+        own = tuple(arm.extra_args)
+        repeated = bool(base.extra_args) and own[:len(base.extra_args)] == tuple(base.extra_args)
+        return replace(arm, binary=arm.binary or base.binary,
+                       extra_args=own if repeated else (*base.extra_args, *own), env={**base.env, **arm.env})
 
     def profiler(self, arm: str, backend: str) -> ProfilerSpec:
         """The profiler of (arm, backend): the arm's own `profiler:`, else the backend's."""

@@ -129,7 +129,10 @@ def profile(tables: DerivedTables, figure: dict | None) -> str:
     tr = tb.trace_level_table(tables)
     if not len(tr):
         return section("Profile", "Not measured: no kernel trace in this campaign (see the notes).")
-    rows = [{**_keys(r), "runs": int(r.runs), "steps": spread(r, "steps", ".0f"),
+    lost = _lost_traces(tables)
+    rows = [{**_keys(r), "runs": _traces(int(r.runs), lost.get((str(r.arm), str(r.backend), int(r.batch),
+                                                                   int(r.context)), 0)),
+             "steps": spread(r, "steps", ".0f") + (" (a guess)" if str(getattr(r, "steps_guessed", "")) == "True" else ""),
              "step": spread(r, "step_ms", ".2f", " ms"), "busy": spread(r, "busy_ms_per_step", ".2f", " ms"),
              "gap": spread(r, "gap_ms_per_step", ".2f", " ms"), "share": pct(r.busy_share),
              "dispatches": fmt(r.dispatches_per_step, ".0f"), "method": escape_md(r.step_method)}
@@ -139,9 +142,33 @@ def profile(tables: DerivedTables, figure: dict | None) -> str:
                            Column("gap", "host gap / step", True), Column("share", "busy share", True),
                            Column("dispatches", "dispatches / step", True), Column("method", "steps from")])
     intro = ("From the kernel traces, windowed to each level's decode window. Step = window / steps; GPU busy "
-             "is the union of kernel, copy and fill intervals; host gap = step − busy. Medians over repeats.")
+             "is the union of kernel, copy and fill intervals; host gap = step − busy. Medians over repeats."
+             + (" A step count marked \"a guess\" comes from the dispatch rhythm alone: no step range, request "
+                "record or counter gave it, so the per-step figures of that level are estimates."
+                if any(r["steps"].endswith("(a guess)") for r in rows) else ""))
     return join(section("Profile", intro, join(text, _gaps(tables), _classes(tables), _batch_classes(tables),
                                                _batch_steps(tables)), f"{len(rows)} traced levels", figure))
+
+
+def _lost_traces(tables: DerivedTables) -> dict[tuple[str, str, int, int], int]:
+    """Per level: the runs used whose trace was lost or does not cover its window (no trace row)."""
+    runs = tables.runs
+    if runs is None or not len(runs) or "trace_loss" not in runs.columns:
+        return {}
+    lost = runs[runs["trace_loss"].map(lambda t: isinstance(t, str) and bool(t.strip()))]
+    have = {(str(r.arm), str(r.backend), int(r.batch), int(r.context), int(r.repeat))
+            for r in tables.trace_runs.itertuples(index=False)} if len(tables.trace_runs) else set()
+    out: dict[tuple[str, str, int, int], int] = {}
+    for r in lost.itertuples(index=False):
+        if (str(r.arm), str(r.backend), int(r.batch), int(r.context), int(r.repeat)) not in have:
+            key = (str(r.arm), str(r.backend), int(r.batch), int(r.context))
+            out[key] = out.get(key, 0) + 1
+    return out
+
+
+def _traces(used: int, lost: int) -> str:
+    """'2 of 3' where a level lost traces (see the first screen's Trace lost), else the count."""
+    return f"{used} of {used + lost}" if lost else str(used)
 
 
 def _gaps(tables: DerivedTables) -> str:

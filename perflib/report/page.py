@@ -20,9 +20,9 @@ import pandas as pd
 
 from perflib import checks, derive, rundir
 from perflib import verdicts as v
-from perflib.config import Campaign
+from perflib.config import Campaign, opening_question
 from perflib.derive import DerivedTables
-from perflib.errors import InputError, PerflibError
+from perflib.errors import InputError
 from perflib.report import evidence as ev
 from perflib.report import figures as fig
 from perflib.report import markdown as mdt
@@ -118,7 +118,8 @@ def environment_rows(campaign: Campaign, data_dir: Path) -> list[dict[str, str]]
         flags = " ".join(str(f) for f in flags) if isinstance(flags, list) else str(flags)
         if not flags and (arm in {a.name for a in campaign.arms} or backend in {b.name for b in campaign.backends}):
             spec_args = [*(campaign.backend(backend).extra_args if backend in {b.name for b in campaign.backends}
-                           else ()), *(campaign.arm(arm).extra_args if arm in {a.name for a in campaign.arms} else ())]
+                           else ()), *(campaign.arm_config(arm).extra_args if arm in {a.name for a in campaign.arms}
+                                       else ())]
             flags = f"{' '.join(spec_args)} (from the campaign file; the run recorded none)" if spec_args else ""
         flags = re.sub(r"(-m|--model) \S*/", r"\1 …/", flags)  # no local paths on the page
         flags = re.sub(r"--port \d+", "--port N", flags)
@@ -272,8 +273,8 @@ def summary_markdown(campaign: Campaign, tables: DerivedTables, sections: Sequen
     gates = [g for gate in campaign.gates for g in v.evaluate_gate(gate, tables, ctx)]
     level_checks = checks.level_checks(tables.runs, tables.trace_runs)
     headline = ev.before_after(tables, campaign, [a.name for a in campaign.compared_arms], gates, None)[1]
-    return sec.summary(campaign.question or _playbook_question(campaign), verdict_list, headline, gates,
-                       level_checks, sections)
+    question = opening_question(campaign)[0]
+    return sec.summary(question, verdict_list, headline, gates, level_checks, sections, tables.runs)
 
 
 def build_page_data(campaign: Campaign, tables: DerivedTables, data_dir: Path, reports_dir: Path, date: str,
@@ -301,29 +302,18 @@ def build_page_data(campaign: Campaign, tables: DerivedTables, data_dir: Path, r
         "Raw data": raw_section(campaign, data_dir, reports_dir),
     }
     present = [name for name in sec.ORDER if parts.get(name)]
-    question = campaign.question or _playbook_question(campaign)
+    question, source = opening_question(campaign)
     return {
-        **_header(campaign, data_dir, date),
-        "summary": sec.summary(question, verdict_list, headline, gates, level_checks, present),
+        **_header(campaign, data_dir, date, tables),
+        # the campaign's own question opens the page, above its description; a description opens it itself
+        "question": f"**Question.** {escape_md(question)}" if question and source != "description" else "",
+        "summary": sec.summary("", verdict_list, headline, gates, level_checks, present, tables.runs),
         "sections": [parts[name] for name in present] + [see_also_section(campaign, reports_dir)],
     }
 
 
-def _playbook_question(campaign: Campaign) -> str:
-    if not campaign.playbook:
-        return ""
-    import yaml
-
-    from perflib.config import playbook_path
-
-    try:
-        return str((yaml.safe_load(playbook_path(campaign.playbook).read_text()) or {}).get("description") or "")
-    except (OSError, ValueError, yaml.YAMLError, PerflibError):
-        return ""
-
-
-def _header(campaign: Campaign, data_dir: Path, date: str) -> dict[str, Any]:
-    """The page's head: name, date, model, matrix and runs on disk."""
+def _header(campaign: Campaign, data_dir: Path, date: str, tables: DerivedTables | None = None) -> dict[str, Any]:
+    """The page's head: name, date, model, matrix, runs on disk and traces lost."""
     manifests = [m for _, m in _manifests(campaign, data_dir)]
     trace_only = campaign.trace_only_runs(data_dir)
     arms = [a.name for a in campaign.arms]
@@ -340,7 +330,22 @@ def _header(campaign: Campaign, data_dir: Path, date: str) -> dict[str, Any]:
         "trace_only": [escape_md(b.name) for b in campaign.backends if b.trace_only],
         "traces_found": sum(1 for _, p in trace_only if p is not None),
         "traces_expected": len(trace_only),
+        "traces_lost": _traces_lost(tables),
     }
+
+
+def _traces_lost(tables: DerivedTables | None) -> str:
+    """' Traces: 1 of 6 traced runs lost or cut short.' for the head line, or '' where none was."""
+    runs = tables.runs if tables is not None else None
+    if runs is None or not len(runs) or "trace_loss" not in runs.columns:
+        return ""
+    keys = ["arm", "backend", "batch", "context", "repeat"]
+    lost = {tuple(k) for k in runs[runs["trace_loss"].map(lambda t: isinstance(t, str) and bool(t.strip()))][keys]
+            .astype(str).itertuples(index=False)}
+    if not lost:
+        return ""
+    traced = {tuple(k) for k in tables.trace_runs[keys].astype(str).itertuples(index=False)}
+    return f" Traces: {len(lost)} of {len(traced | lost)} traced runs lost, cut short or incomplete (see below)."
 
 
 def render(data: dict[str, Any]) -> str:

@@ -103,9 +103,9 @@ def verdict_rows(verdicts: Sequence[v.Verdict]) -> list[dict[str, str]]:
 
 
 def summary(question: str, verdicts: Sequence[v.Verdict], headline: Sequence[str], gates: Sequence[v.GateResult],
-            level_checks: pd.DataFrame, sections: Sequence[str]) -> str:
+            level_checks: pd.DataFrame, sections: Sequence[str], runs: pd.DataFrame | None = None) -> str:
     """Long: the page's opening: the question, a verdict per candidate, before/after and gates, what
-    was not measured, the checks, and the links to the sections."""
+    was not measured, what was lost (`loss_lines` of `runs`), the checks, and the links to the sections."""
     text, _ = table(verdict_rows(verdicts), [Column("cause", "cause", keep=True), Column("verdict", "verdict"),
                                              Column("number", "deciding number"), Column("where", "where")])
     lines = [f"**Question.** {escape_md(question)}" if question else "",
@@ -115,17 +115,82 @@ def summary(question: str, verdicts: Sequence[v.Verdict], headline: Sequence[str
     bullets = [f"- **Before / after.** {h}" for h in headline]
     bullets += [f"- **Gate.** {escape_md(g.gate)}: {escape_md(g.text)}: "
                 f"**{ {True: 'pass', False: 'FAIL', None: 'not measured'}[g.passed] }**" for g in gates]
-    measured = {x.label for x in verdicts if x.outcome != v.NOT_MEASURED}
     by_why: dict[str, list[str]] = {}
-    for x in verdicts:  # a candidate measured at no scope, grouped by why
-        if x.outcome == v.NOT_MEASURED and x.label not in measured and x.label not in by_why.get(x.why, []):
+    for x in verdicts:  # every scope not measured, grouped by why (a why names the arm where it is the arm's)
+        if x.outcome == v.NOT_MEASURED and x.label not in by_why.get(x.why, []):
             by_why.setdefault(x.why, []).append(x.label)
     if by_why:
         bullets.append("- **Not measured.** " + "; ".join(f"{escape_md(', '.join(labels))}: {escape_md(why)}"
                                                         for why, labels in by_why.items()))
+    bullets += loss_lines(runs)
     bullets.append("- **Checks.** " + _checks_line(level_checks))
     links = " · ".join(f"[{s}](#{anchor(s)})" for s in sections)
     return join(*lines, "\n".join(bullets), f"Sections: {links}" if links else "")
+
+
+SHOWN = 3
+"""Runs named one by one in a loss line before the rest are counted."""
+
+
+def _text(value: Any) -> str:
+    """A text cell of runs.csv ('' for empty, NaN or None); a list (errors) joined."""
+    if isinstance(value, (list, tuple)):
+        return "; ".join(str(x) for x in value)
+    return value.strip() if isinstance(value, str) else ""
+
+
+def _errors(value: Any) -> str:
+    """The errors of a run, from a list or from its text as runs.csv holds it (`['a', 'b']`)."""
+    if isinstance(value, str) and value.startswith("["):
+        import ast
+
+        try:
+            value = ast.literal_eval(value)
+        except (ValueError, SyntaxError):
+            pass
+    return _text(value)
+
+
+def _label(row: Any) -> str:
+    return escape_md(f"{row.arm}/{row.backend}/b{int(row.batch)}_c{int(row.context)}_r{int(row.repeat)}")
+
+
+def _some(items: list[str]) -> str:
+    shown = "; ".join(items[:SHOWN])
+    return shown + (f"; and {len(items) - SHOWN} more (see [Checks](#checks) and [Raw data](#raw-data))"
+                    if len(items) > SHOWN else "")
+
+
+def loss_lines(runs: pd.DataFrame | None) -> list[str]:
+    """The first screen's account of what was lost, from runs.csv (`perflib.derive`): runs that did not
+    complete, runs whose trace does not cover their window or was lost (their trace figures are not
+    used), and the server starts whose profiler reported a loss (its exit, its loss lines, its dropped
+    records), each with why. The same runs `perflib campaign run` and `report` print as failed and partial."""
+    if runs is None or not len(runs):
+        return []
+    out = []
+    status = runs["status"].astype(str) if "status" in runs.columns else pd.Series("complete", index=runs.index)
+    failed = runs[status != "complete"]
+    if len(failed):
+        items = [_label(r) + (f" ({escape_md(_errors(getattr(r, 'errors', ''))[:200])})"
+                              if _errors(getattr(r, "errors", "")) else "") for r in failed.itertuples(index=False)]
+        out.append(f"- **Failed runs.** {len(failed)} of {len(runs)} did not complete, their figures are not used: "
+                   + _some(items) + ".")
+    if "trace_loss" in runs.columns:
+        lost = runs[runs["trace_loss"].map(_text) != ""]
+        if len(lost):
+            items = [f"{_label(r)}: {escape_md(_text(r.trace_loss))}" for r in lost.itertuples(index=False)]
+            out.append("- **Trace lost.** " + _some(items) + ". A trace that does not cover its window is not "
+                       "attributed: its figures would count the part without records as host gaps.")
+    if "profiler_loss" in runs.columns:
+        said = runs.assign(_p=runs["profiler_loss"].map(_text),
+                           _t=runs["trace_loss"].map(_text) if "trace_loss" in runs.columns else "")
+        said = said[said["_p"] != ""]
+        for (arm, backend, text), group in said.groupby(["arm", "backend", "_p"], sort=True):
+            whole = int((group["_t"] == "").sum())
+            out.append(f"- **Profiler losses.** {escape_md(arm)}/{escape_md(backend)} ({len(group)} runs): "
+                       f"{escape_md(text)}; the traces of {whole} of these {len(group)} runs cover their windows.")
+    return out
 
 
 def _checks_line(level_checks: pd.DataFrame) -> str:
@@ -182,7 +247,9 @@ def checks_section(level_checks: pd.DataFrame, limits: dict[str, tuple[float, fl
     limit_text = "; ".join(f"{k} {lo:g}–{hi:g}×" for k, (lo, hi) in limits.items())
     intro = ("Each level's figures against independent measures (perflib.checks): the server's decode tokens "
              "against the client's, the counter step against the client's steady step and the responses' "
-             "timings at batch 1, the spread of the repeats, and the trace's step count against the client's "
-             f"cadence. Accepted: {limit_text}. Runs that other processes contended are left out.")
+             "timings at batch 1, the spread of the repeats, the trace's step count against the client's "
+             f"cadence, and each run's trace against its window (trace_loss: a capture that began late, ended early, "
+             f"lost records or was not made). Accepted: {limit_text}. Runs that other processes contended are left "
+             "out.")
     suspect = int(level_checks["suspect"].astype(bool).sum())
     return section("Checks", intro, text, f"{len(rows)} levels, {suspect} suspect")

@@ -230,7 +230,7 @@ def trace_level_table(tables: DerivedTables) -> pd.DataFrame:
     tr = tables.trace_runs
     if tr is None or not len(tr):
         return pd.DataFrame(columns=[*LEVEL_KEYS, "runs", "steps", "step_ms", "busy_ms_per_step", "gap_ms_per_step",
-                                     "busy_share", "dispatches_per_step", "step_method"])
+                                     "busy_share", "dispatches_per_step", "step_method", "steps_guessed"])
     tr = tr.copy()
     for col in ("window_ms", "steps", "dispatches"):
         tr[col] = pd.to_numeric(tr[col], errors="coerce")
@@ -239,7 +239,16 @@ def trace_level_table(tables: DerivedTables) -> pd.DataFrame:
     out = _median_levels(tr, ["steps", "step_ms", "busy_ms_per_step", "gap_ms_per_step", "busy_share",
                               "dispatches_per_step"])
     methods = tr.groupby(LEVEL_KEYS, sort=True)["step_method"].first().reset_index()
-    return out.merge(methods, on=LEVEL_KEYS, how="left")
+    guessed = tr.assign(steps_guessed=_truthy(tr, "steps_guessed")).groupby(LEVEL_KEYS, sort=True)[
+        "steps_guessed"].any().reset_index()
+    return out.merge(methods, on=LEVEL_KEYS, how="left").merge(guessed, on=LEVEL_KEYS, how="left")
+
+
+def _truthy(frame: pd.DataFrame, column: str) -> pd.Series:
+    """A boolean column read back from CSV (True, 'True', 1), False where absent."""
+    if column not in frame.columns:
+        return pd.Series(False, index=frame.index)
+    return frame[column].map(lambda v: str(v).strip().lower() in ("true", "1", "1.0"))
 
 
 def class_level_table(tables: DerivedTables) -> pd.DataFrame:

@@ -18,7 +18,7 @@ from perflib.config import Campaign, CandidateSpec, GateSpec, parse_threshold
 from perflib.derive import DerivedTables
 from perflib.errors import InputError
 from perflib.runs import RUNS_COLUMNS
-from perflib.verdicts.measures import MEASUREMENTS, Scope, change_pct, higher_is_better
+from perflib.verdicts.measures import MEASUREMENTS, Scope, change_pct, higher_is_better, trace_scope
 
 CONFIRMED, RULED_OUT, INCONCLUSIVE, NOT_MEASURED = "confirmed", "ruled out", "inconclusive", "not measured"
 OUTCOMES = (CONFIRMED, RULED_OUT, INCONCLUSIVE, NOT_MEASURED)
@@ -86,11 +86,19 @@ class Context:
     trace_notes: dict[str, str] = field(default_factory=dict)  # arm -> why it has no trace
     known_classes: frozenset[str] | None = None
     no_requests: dict[str, str] = field(default_factory=dict)  # backend -> why it has no request records
+    arm_profilers: dict[tuple[str, str], str] = field(default_factory=dict)  # (arm, backend) -> its own profiler
+    traced_by: dict[str, tuple[str, ...]] = field(default_factory=dict)  # compared arm -> its traced arms
+    trace_hints: dict[str, str] = field(default_factory=dict)  # backend -> the profiler kind to suggest
 
     @classmethod
     def of(cls, campaign: Campaign) -> Context:
         no_requests = {b.name: f"trace-only backend {b.name}: no server, no /metrics and no request records"
                        for b in campaign.backends if b.trace_only}
+        traced_by: dict[str, tuple[str, ...]] = {}
+        for arm in campaign.arms:
+            if arm.role == "traced" and arm.of:
+                traced_by[arm.of] = (*traced_by.get(arm.of, ()), arm.name)
+        hints = {b.name: hint for b in campaign.backends if (hint := profiler_hint(b)) is not None}
         return cls(arms=tuple(a.name for a in campaign.compared_arms),
                    backends=tuple(b.name for b in campaign.backends),
                    trace_notes={a.name: a.trace_note for a in campaign.arms if a.trace_note},
@@ -99,7 +107,35 @@ class Context:
                    weight_bytes=campaign.model.weight_bytes, kv_bytes_per_token=campaign.model.kv_bytes_per_token,
                    bandwidth={b.name: b.peak_bandwidth_gbs for b in campaign.backends},
                    profilers={b.name: b.profiler.kind for b in campaign.backends},
-                   known_classes=_known_classes(campaign))
+                   arm_profilers={(a.name, b.name): a.profiler.kind for a in campaign.arms if a.profiler
+                                  for b in campaign.backends},
+                   traced_by=traced_by, trace_hints=hints, known_classes=_known_classes(campaign))
+
+    def profiler(self, arm: str | None, backend: str) -> str | None:
+        """The profiler kind of (arm, backend): the arm's own, else the backend's."""
+        return self.arm_profilers.get((arm, backend)) if arm and (arm, backend) in self.arm_profilers \
+            else self.profilers.get(backend)
+
+
+def profiler_hint(backend: Any) -> str | None:
+    """The `profiler.kind` that traces this backend's kernels, to name in a "not measured" reason: the
+    PyTorch profiler for vLLM and SGLang, CUPTI for a CUDA build or device, rocprofv3 for ROCm; None for
+    a CPU server (no GPU kernels) or a trace-only backend."""
+    if backend.trace_only:
+        return None
+    spec = backend.server_spec
+    preset = spec.preset if spec is not None else None
+    build = (spec.build if spec is not None else None) or ""
+    if preset in ("vllm", "sglang"):
+        return "torch"
+    if build == "cpu" or backend.start == "llama-server-local":
+        return None
+    text = " ".join(str(x or "") for x in (build, backend.kernel_classes, backend.device, backend.name)).lower()
+    if "cuda" in text or "nvidia" in text:
+        return "cupti"
+    if "rocm" in text or "hip" in text or "amd" in text:
+        return "rocprofv3"
+    return "cupti, rocprofv3, nsys or torch" if spec is not None or backend.url else None
 
 
 def _known_classes(campaign: Campaign) -> frozenset[str]:
@@ -132,10 +168,13 @@ def scopes(candidate: CandidateSpec, ctx: Context) -> list[Scope]:
                 out.append(Scope(arm=arm, backend=backend, batch=batch, context=context, classes=candidate.classes,
                                  column=candidate.column, baseline=baseline if measure == "change_pct" else None,
                                  weight_bytes=ctx.weight_bytes, kv_bytes_per_token=ctx.kv_bytes_per_token,
-                                 peak_bandwidth_gbs=ctx.bandwidth.get(backend), profiler=ctx.profilers.get(backend),
+                                 peak_bandwidth_gbs=ctx.bandwidth.get(backend), profiler=ctx.profiler(arm, backend),
                                  trace_note=ctx.trace_notes.get(arm) if arm else None,
                                  known_classes=ctx.known_classes,
-                                 no_requests=ctx.no_requests.get(backend)))
+                                 no_requests=ctx.no_requests.get(backend),
+                                 traced_by=tuple((t, ctx.profiler(t, backend) or "none", ctx.trace_notes.get(t))
+                                                 for t in ctx.traced_by.get(arm or "", ())),
+                                 trace_hint=ctx.trace_hints.get(backend)))
     return out
 
 
@@ -151,31 +190,42 @@ def evaluate_candidate(candidate: CandidateSpec, tables: DerivedTables, ctx: Con
         level_checks = checks.level_checks(tables.runs, tables.trace_runs)
     verdicts = []
     for scope in scopes(candidate, ctx):
-        verdict = _evaluate_at(candidate, tables, scope)
+        verdict, read = _evaluate_at(candidate, tables, scope)
         batches = [scope.batch, 1] if verdict.measure in RATIO_MEASURES else [scope.batch]
-        reasons = checks.suspect_reasons(level_checks, [scope.arm, scope.baseline], scope.backend, batches,
+        reasons = checks.suspect_reasons(level_checks, [scope.arm, *read, scope.baseline], scope.backend, batches,
                                          scope.context)
         verdicts.append(replace(verdict, suspect="; ".join(reasons)) if reasons else verdict)
     return verdicts
 
 
-def _evaluate_at(candidate: CandidateSpec, tables: DerivedTables, scope: Scope) -> Verdict:
+def _evaluate_at(candidate: CandidateSpec, tables: DerivedTables, scope: Scope) -> tuple[Verdict, list[str]]:
+    """The verdict at one scope, and the traced arms whose traces it read in place of the scope's arm.
+    A trace measurement of an arm without traces reads those of its traced arm (`trace_scope`), and
+    the verdict's scope says so: `arm fa-on (trace from fa-on-cupti)`."""
     label = candidate.label or candidate.id
     whys = []
+    shown, read = scope, []
     for spec in (candidate, *candidate.fallback):  # a fallback keeps the thresholds it does not give
         meas = MEASUREMENTS[spec.measure]
         here = replace(scope, classes=spec.classes or scope.classes, column=spec.column or scope.column,
                        batch=spec.batch or scope.batch, context=spec.context or scope.context)
+        if meas.trace:
+            here = trace_scope(tables, here)
+            if here.trace_from:
+                shown, read = replace(scope, trace_from=here.trace_from), [here.trace_from]
+                here = replace(here, arm=here.trace_from, trace_from=None)
         result = meas.func(tables, here)
         if result.value is None:
             whys.append(result.why)
             continue
         outcome, threshold = decide(result.value, spec.confirmed or candidate.confirmed,
                                     spec.ruled_out or candidate.ruled_out, meas.unit)
-        return Verdict(candidate.id, candidate.question, label, spec.measure, scope.describe(), outcome,
-                       result.value, result.text, threshold)
-    return Verdict(candidate.id, candidate.question, label, candidate.measure, scope.describe(), NOT_MEASURED,
-                   None, "", "", "; ".join(dict.fromkeys(w for w in whys if w)))
+        if not (meas.trace and read):
+            shown, read = scope, []
+        return Verdict(candidate.id, candidate.question, label, spec.measure, shown.describe(), outcome,
+                       result.value, result.text, threshold), read
+    return Verdict(candidate.id, candidate.question, label, candidate.measure, shown.describe(), NOT_MEASURED,
+                   None, "", "", "; ".join(dict.fromkeys(w for w in whys if w))), read
 
 
 def evaluate(candidates: Any, tables: DerivedTables, ctx: Context) -> list[Verdict]:

@@ -38,9 +38,17 @@ class Scope:
     trace_note: str | None = None  # why this arm has no trace (a traced arm whose capture was lost)
     known_classes: frozenset[str] | None = None  # classes the class tables can give (None: unchecked)
     no_requests: str | None = None  # why this backend has no request records (a trace-only backend)
+    traced_by: tuple[tuple[str, str, str | None], ...] = ()
+    """(traced arm, its profiler kind, its `trace_note`) for each arm with `role: traced, of: <this arm>`,
+    in file order."""
+    trace_from: str | None = None
+    """The traced arm whose traces a trace measurement of this arm reads (`trace_scope`), or None."""
+    trace_hint: str | None = None
+    """The `profiler.kind` to suggest where this arm has no trace and no traced arm (None: no GPU to trace)."""
 
     def describe(self) -> str:
-        parts = [f"{k} {v}" for k, v in (("arm", self.arm), ("backend", self.backend), ("batch", self.batch),
+        arm = f"{self.arm} (trace from {self.trace_from})" if self.arm and self.trace_from else self.arm
+        parts = [f"{k} {v}" for k, v in (("arm", arm), ("backend", self.backend), ("batch", self.batch),
                                           ("context", self.context)) if v is not None]
         return ", ".join(parts)
 
@@ -60,19 +68,44 @@ class Measurement:
     func: Callable[[DerivedTables, Scope], Measured]
     unit: str  # "fraction" (a share; thresholds in % are divided by 100), "ratio", "ms", "pct", "count"
     doc: str
+    trace: bool = False
+    """Reads the kernel traces (trace_runs, classes, kernels, gaps, steps): an arm without traces of its
+    own is measured from its traced arm (`trace_scope`)."""
 
 
 MEASUREMENTS: dict[str, Measurement] = {}
 
 
-def measurement(name: str, unit: str = "ratio") -> Callable:
-    """Register a measurement under `name` (campaign files refer to it by that name)."""
+def measurement(name: str, unit: str = "ratio", trace: bool = False) -> Callable:
+    """Register a measurement under `name` (campaign files refer to it by that name); `trace=True` for
+    one that reads the kernel traces."""
 
     def register(func: Callable[[DerivedTables, Scope], Measured]) -> Callable:
-        MEASUREMENTS[name] = Measurement(name, func, unit, (func.__doc__ or "").strip().splitlines()[0])
+        MEASUREMENTS[name] = Measurement(name, func, unit, (func.__doc__ or "").strip().splitlines()[0], trace)
         return func
 
     return register
+
+
+def _traced(tables: DerivedTables, arm: str, backend: str | None) -> bool:
+    """Whether the trace tables hold any row of `arm` (on `backend`), at any batch or context."""
+    frame = tables.trace_runs
+    if frame is None or not len(frame):
+        return False
+    mask = frame["arm"].astype(str) == str(arm)
+    if backend is not None:
+        mask &= frame["backend"].astype(str) == str(backend)
+    return bool(mask.any())
+
+
+def trace_scope(tables: DerivedTables, scope: Scope) -> Scope:
+    """Where a trace measurement of `scope` reads: the arm's own traces where it has any, else those of
+    the first traced arm `of` it that has any (else its first traced arm, whose missing trace then says
+    why), with `trace_from` naming it; the arm itself where it has no traced arm."""
+    if scope.arm is None or not scope.traced_by or _traced(tables, scope.arm, scope.backend):
+        return scope
+    name, kind, note = next((t for t in scope.traced_by if _traced(tables, t[0], scope.backend)), scope.traced_by[0])
+    return replace(scope, trace_from=name, profiler=kind, trace_note=note)
 
 
 # ---------------------------------------------------------------------------------------- helpers
@@ -124,8 +157,18 @@ def _no_trace(tables: DerivedTables, scope: Scope, batch: int | None = None) -> 
     sel = _select(tables.trace_runs, scope, batch)
     if sel is not None and len(sel):
         return Measured(None, "", f"no usable trace rows at {_where(scope, batch)}")
+    runs = _select(tables.runs, scope, batch)
+    lost = [str(t) for t in runs["trace_loss"] if isinstance(t, str) and t.strip()] \
+        if runs is not None and "trace_loss" in runs.columns else []
+    if lost:  # a trace was made and lost, or does not cover its window: the page's first screen says why
+        return Measured(None, "", f"no whole trace at {_where(scope, batch)}: {len(lost)} lost or cut short "
+                                  "(see Trace lost)")
     if scope.trace_note:
         return Measured(None, "", scope.trace_note)
+    if scope.profiler in (None, "none") and scope.trace_hint and scope.arm:  # the key that would measure it
+        return Measured(None, "", f"no kernel trace of arm {scope.arm} on backend {scope.backend} (profiler: none, "
+                                  f"no traced arm of it): add an arm with role: traced, of: {scope.arm}, "
+                                  f"profiler: {{kind: {scope.trace_hint}}}")
     if scope.profiler in (None, "none"):
         return Measured(None, "", f"no kernel trace for backend {scope.backend} (profiler: none)")
     return Measured(None, "", f"no kernel trace at {_where(scope, batch)}")
@@ -144,7 +187,18 @@ def _trace_row(tables: DerivedTables, scope: Scope, batch: int | None = None) ->
     for col in ("window_ms", "busy_ms", "gap_ms", "steps", "busy_ms_per_step", "gap_ms_per_step", "dispatches"):
         out[col] = _median(sel, col)[0]
     out["n"] = len(sel)
+    out["guess"] = _guess(sel)
     return out
+
+
+GUESS_NOTE = " (steps: a guess from the dispatch rhythm)"
+
+
+def _guess(trace_runs: pd.DataFrame) -> str:
+    """`GUESS_NOTE` where any of these trace rows counted its steps from the dispatch rhythm alone."""
+    if trace_runs is None or "steps_guessed" not in trace_runs.columns:
+        return ""
+    return GUESS_NOTE if trace_runs["steps_guessed"].map(lambda v: str(v).lower() in ("true", "1")).any() else ""
 
 
 def _class_sum(tables: DerivedTables, scope: Scope, batch: int | None = None) -> dict[str, float] | None:
@@ -166,7 +220,7 @@ def _class_sum(tables: DerivedTables, scope: Scope, batch: int | None = None) ->
         sums.append({"time_ms": time_ms, "count": count, "window_ms": _num(run.get("window_ms")),
                      "ms_per_step": time_ms / steps if steps else None, "steps": steps})
     frame = pd.DataFrame(sums)
-    return {col: _median(frame, col)[0] for col in frame.columns}
+    return {**{col: _median(frame, col)[0] for col in frame.columns}, "guess": _guess(runs)}
 
 
 UNCLASSIFIED_MAX = 0.01
@@ -269,7 +323,7 @@ def prefill_share(tables: DerivedTables, scope: Scope) -> Measured:
     return Measured(value, f"other requests' prefill covers {_pct(value)} of the decode window, median of {n}")
 
 
-@measurement("gap_share", unit="fraction")
+@measurement("gap_share", unit="fraction", trace=True)
 def gap_share(tables: DerivedTables, scope: Scope) -> Measured:
     """Host gaps (window minus GPU busy) as a share of the step, from the trace."""
     row = _trace_row(tables, scope)
@@ -278,11 +332,12 @@ def gap_share(tables: DerivedTables, scope: Scope) -> Measured:
     value = row["gap_ms"] / row["window_ms"]
     if row["steps"]:
         step = row["window_ms"] / row["steps"]
-        return Measured(value, f"host gaps {row['gap_ms'] / row['steps']:.1f} of {step:.1f} ms per step ({_pct(value)})")
+        return Measured(value, f"host gaps {row['gap_ms'] / row['steps']:.1f} of {step:.1f} ms per step ({_pct(value)})"
+                               + row["guess"])
     return Measured(value, f"host gaps {row['gap_ms']:.1f} of {row['window_ms']:.1f} ms in the window ({_pct(value)})")
 
 
-@measurement("gap_ms_per_step", unit="ms")
+@measurement("gap_ms_per_step", unit="ms", trace=True)
 def gap_ms_per_step(tables: DerivedTables, scope: Scope) -> Measured:
     """Host gap ms per decode step, from the trace."""
     row = _trace_row(tables, scope)
@@ -290,10 +345,10 @@ def gap_ms_per_step(tables: DerivedTables, scope: Scope) -> Measured:
         return _no_trace(tables, scope)
     if row["gap_ms_per_step"] is None:
         return Measured(None, "", f"no step count for the trace at {_where(scope)}")
-    return Measured(row["gap_ms_per_step"], f"host gaps {row['gap_ms_per_step']:.2f} ms per step")
+    return Measured(row["gap_ms_per_step"], f"host gaps {row['gap_ms_per_step']:.2f} ms per step{row['guess']}")
 
 
-@measurement("gap_scaling", unit="ratio")
+@measurement("gap_scaling", unit="ratio", trace=True)
 def gap_scaling(tables: DerivedTables, scope: Scope) -> Measured:
     """Gap ms per step at batch B over batch 1 (how host work scales with the batch)."""
     row_b, row_1 = _trace_row(tables, scope), _trace_row(tables, scope, 1)
@@ -303,10 +358,10 @@ def gap_scaling(tables: DerivedTables, scope: Scope) -> Measured:
         return _no_trace(tables, scope, 1)
     value = row_b["gap_ms_per_step"] / row_1["gap_ms_per_step"]
     return Measured(value, f"host gaps {row_b['gap_ms_per_step']:.2f} ms per step at batch {scope.batch} over "
-                           f"{row_1['gap_ms_per_step']:.2f} at batch 1: {value:.2f}x")
+                           f"{row_1['gap_ms_per_step']:.2f} at batch 1: {value:.2f}x{row_b['guess'] or row_1['guess']}")
 
 
-@measurement("class_share", unit="fraction")
+@measurement("class_share", unit="fraction", trace=True)
 @_named_classes
 def class_share(tables: DerivedTables, scope: Scope) -> Measured:
     """Time of the named kernel classes as a share of the trace window."""
@@ -334,7 +389,7 @@ def _top_class(tables: DerivedTables, scope: Scope) -> str | None:
     return f"{name} ({_pct(float(share.max()))} of kernel time)"
 
 
-@measurement("class_ms_per_step", unit="ms")
+@measurement("class_ms_per_step", unit="ms", trace=True)
 @_named_classes
 def class_ms_per_step(tables: DerivedTables, scope: Scope) -> Measured:
     """Time of the named kernel classes per decode step."""
@@ -343,10 +398,10 @@ def class_ms_per_step(tables: DerivedTables, scope: Scope) -> Measured:
         return _no_trace(tables, scope)
     if sums.get("ms_per_step") is None:
         return Measured(None, "", f"no step count for the trace at {_where(scope)}")
-    return Measured(sums["ms_per_step"], f"{_classes_label(scope)} {sums['ms_per_step']:.2f} ms per step")
+    return Measured(sums["ms_per_step"], f"{_classes_label(scope)} {sums['ms_per_step']:.2f} ms per step{sums['guess']}")
 
 
-@measurement("class_scaling", unit="ratio")
+@measurement("class_scaling", unit="ratio", trace=True)
 @_named_classes
 def class_scaling(tables: DerivedTables, scope: Scope) -> Measured:
     """Class ms per step at batch B over batch 1, divided by B (1.0 = grows like the batch)."""
@@ -362,17 +417,17 @@ def class_scaling(tables: DerivedTables, scope: Scope) -> Measured:
     value = ratio / b
     return Measured(value, f"{_classes_label(scope)} {sums_b['ms_per_step']:.1f} ms per step at batch {b} over "
                            f"{sums_1['ms_per_step']:.1f} at batch 1: {ratio:.2f}x for a {b}x batch "
-                           f"({value:.2f} of linear)")
+                           f"({value:.2f} of linear){sums_b['guess'] or sums_1['guess']}")
 
 
-@measurement("class_dispatches", unit="count")
+@measurement("class_dispatches", unit="count", trace=True)
 @_named_classes
 def class_dispatches(tables: DerivedTables, scope: Scope) -> Measured:
     """Dispatch count of the named kernel classes in the window (and per step)."""
     sums = _class_sum(tables, scope)
     if sums is None:
         return _no_trace(tables, scope)
-    per_step = f" ({sums['count'] / sums['steps']:.1f} per step)" if sums.get("steps") else ""
+    per_step = f" ({sums['count'] / sums['steps']:.1f} per step{sums['guess']})" if sums.get("steps") else ""
     return Measured(sums["count"], f"{_classes_label(scope)} {sums['count']:.0f} dispatches{per_step}")
 
 

@@ -173,3 +173,25 @@ def test_window_of_a_trace_only_capture_spans_host_ranges_and_their_kernels() ->
     assert window.label == "span of the SGLang step[...] annotations"
     with pytest.raises(PerflibError, match="no step ranges"):
         attr.window_from_step_annotations(trace_of(trace.dispatches))
+
+
+@pytest.mark.parametrize("names", [
+    ["execute_context_0(0)_generation_4(4)"] * 5,  # vLLM V1: decode only, every step named alike
+    [f"execute_context_{c}({t})_generation_{g}({g})" for c, t, g in
+     ((1, 512, 3), (0, 0, 4), (1, 37, 3), (0, 0, 4), (0, 0, 4))],  # prefill beside decode in some steps
+    ["execute_4_context_0(sq0sk0sqsq0sqsk0)_generation_4(sq4sk1040sqsq4sqsk1040)"] * 5,  # the earlier form
+    ["execute_model"] * 5,
+])
+def test_vllm_step_ranges_of_every_form_are_one_step_each(names: list[str]) -> None:
+    trace, truth = engine_trace(steps=5, name="placeholder")
+    markers = trace.markers.assign(name=names)  # one range a step, in step order
+    named = Trace(trace.dispatches, trace.api, markers, "realtime", "synthetic", "<synthetic>")
+    s = attr.summarize(named)
+    assert s.steps == 5 and s.step_method.startswith("vLLM execute_... annotations") and not s.steps_guessed
+    assert list(zip(s.step_table["start_ns"], s.step_table["end_ns"], strict=True)) == truth
+
+
+def test_a_range_that_merely_starts_with_execute_is_no_vllm_step() -> None:
+    trace, _ = engine_trace(steps=5, name="execute_context_switch")
+    s = attr.summarize(trace)
+    assert not (s.step_method or "").startswith("vLLM")

@@ -9,6 +9,7 @@ from support import REPO, fixture
 from synthetic import decode_trace, dispatch_frame, trace_of
 
 from perflib import attribution as attr
+from perflib.errors import PerflibError
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
@@ -17,7 +18,7 @@ def test_step_rhythm_found_with_jitter_and_prefill(seed: int) -> None:
     frame, truth = decode_trace(steps=n_steps, seed=seed)
     s = attr.summarize(frame, classes="mlx-rocm", top=5)
     assert s.steps == n_steps
-    assert s.step_method == f"dispatch rhythm (period {truth['per_step']} dispatches, opened by gather_rows_kernel)"
+    assert s.step_method == f"dispatch rhythm, a guess (period {truth['per_step']} dispatches, opened by gather_rows_kernel)"
     table = s.step_table
     assert table["start_ns"].tolist() == truth["starts"]
     assert table["end_ns"].tolist() == truth["ends"]
@@ -44,8 +45,33 @@ def test_step_gap_split_when_no_kernel_repeats() -> None:
             t += 50_000 + int(rng.integers(1000, 9000))
     s = attr.summarize(dispatch_frame(rows), classes="mlx-rocm")
     assert s.steps == 12
-    assert s.step_method.startswith("dispatch rhythm (gap split")
+    assert s.step_method.startswith("dispatch rhythm, a guess (gap split")
     assert s.step_table["start_ns"].tolist() == starts
+    assert s.steps_guessed and s.to_dict()["steps_guessed"] is True
+
+
+def test_only_the_rhythm_is_a_guess() -> None:
+    """A count from the request records, or one given outright, is a count: only the rhythm is labelled."""
+    frame, truth = decode_trace(steps=20, seed=3)
+    guessed = attr.summarize(frame, classes="mlx-rocm")
+    assert guessed.steps == 20 and guessed.steps_guessed and "a guess" in guessed.step_method
+    counted = attr.summarize(frame, classes="mlx-rocm", steps=attr.StepCount(20, "request records (decode window)"))
+    assert counted.steps == 20 and not counted.steps_guessed and counted.to_dict()["steps_guessed"] is False
+    assert not attr.summarize(frame, classes="mlx-rocm", steps=20).steps_guessed
+
+
+def test_an_empty_window_inside_the_trace_is_a_host_stall_not_an_error() -> None:
+    """A window between two dispatches (a host stall) holds nothing: busy 0, gap = window, no steps; one
+    that reaches past the trace's dispatches is still an error (the trace does not cover it)."""
+    frame = dispatch_frame([("gemm", 1_000, 2_000), ("norm", 2_500, 3_000), ("gemm", 90_000, 91_000)])
+    s = attr.summarize(frame, attr.Window(10_000, 60_000, "stall"), classes="mlx-rocm")
+    assert (s.dispatches, s.busy_ms, s.busy_share) == (0, 0.0, 0.0)
+    assert s.gap_ms == s.window_ms == pytest.approx(0.05) and s.steps is None and s.busy_ms_per_step is None
+    assert s.largest_gaps.to_dict("records") == [{"offset_ms": 0.0, "gap_ms": pytest.approx(0.05), "kernel": "tail"}]
+    buckets = s.gap_buckets.set_index("bucket")["count"]
+    assert buckets["50-200us"] == 1 and buckets.sum() == 1 and len(s.kernels) == 0  # one gap, 50 us: [50, 200)
+    with pytest.raises(PerflibError, match="reaches outside the trace"):
+        attr.summarize(frame, attr.Window(92_000, 95_000, "after"), classes="mlx-rocm")
 
 
 def test_steps_given_from_counters_and_markers() -> None:

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from perflib import campaign as pc
-from perflib.campaign import claims
+from perflib.campaign import claims, servers
 from perflib.campaign.servers import Prepared, plan_launch
 from perflib.errors import InputError, PerflibError
 from perflib.server.presets import PRESETS
@@ -176,3 +176,141 @@ def test_a_claim_is_exclusive_and_a_dead_runner_claim_is_taken_over(tmp_path, mo
     os.utime(tmp_path / claims.CLAIM, (old, old))
     with claims.claim(tmp_path) as taken:  # another host that stopped refreshing it: stale
         assert isinstance(taken, claims.Claim)
+
+
+INHERIT = """\
+name: t
+model: {name: m, path: models/m.gguf}
+backends:
+  - name: gpu
+    env: {GGML_CUDA_GRAPHS: "1"}
+    server:
+      command: ["{binary}", --port, "{port}", --parallel, "{slots}"]
+      binary: ./engine-default
+      args: [-ngl, "99"]
+%s
+batches: [1, 8]
+contexts: [512]
+decode_tokens: 32
+arms:
+  - name: fa-off
+    extra_args: [--flash-attn, "off"]
+  - name: fa-on
+    binary: ./engine-fix
+    extra_args: [--flash-attn, "on"]
+    env: {FIX: "1", SHARED: on-arm}
+  - name: fa-on-traced
+    role: traced
+    of: fa-on
+    extra_args: [--verbose]
+    env: {SHARED: traced-arm}
+    profiler: %s
+"""
+
+
+def inherit_campaign(tmp_path: Path, profiler: str, backend_profiler: str = "") -> pc.Campaign:
+    path = tmp_path / "inherit.yaml"
+    path.write_text(INHERIT % (backend_profiler, profiler))
+    return pc.load_campaign(path)
+
+
+def test_a_traced_arm_runs_its_of_arms_binary_args_and_env_then_its_own_and_the_profiler(tmp_path):
+    library = tmp_path / "libinject.so"
+    library.write_bytes(b"")
+    campaign = inherit_campaign(tmp_path, f"{{kind: cupti, library: {library}}}")
+    config = campaign.arm_config("fa-on-traced")
+    assert config.binary == "./engine-fix" and config.extra_args == ("--flash-attn", "on", "--verbose")
+    assert config.env == {"FIX": "1", "SHARED": "traced-arm"} and campaign.arm_config("fa-on") == campaign.arm("fa-on")
+
+    def planned(arm: str) -> tuple:
+        backend = campaign.backends[0]
+        prepared = servers.prepare(campaign, campaign.arm(arm), backend)  # the binary as a run finds it
+        launch, capture = plan_launch(campaign, campaign.arm(arm), backend, prepared,
+                                      tmp_path / "data" / arm, 1, port=4321)
+        return launch, capture
+
+    plain, none = planned("fa-on")
+    traced, capture = planned("fa-on-traced")
+    assert none is None and capture is not None and capture.kind == "cupti"
+    assert plain.argv[0] == str(tmp_path / "engine-fix") and "--flash-attn" in plain.argv
+    # the traced server is its of-arm's command, then its own additions; CUPTI is injected, not wrapped
+    assert list(traced.argv) == [*plain.argv, "--verbose"]
+    added = {k: v for k, v in traced.env.items() if plain.env.get(k) != v}
+    assert added == {"SHARED": "traced-arm", "CUDA_INJECTION64_PATH": str(library),
+                     **({"LD_LIBRARY_PATH": traced.env["LD_LIBRARY_PATH"]} if "LD_LIBRARY_PATH" in traced.env else {})}
+    assert set(plain.env) <= set(traced.env)
+    other, _ = planned("fa-off")  # the compared arm beside it keeps its own configuration
+    assert "off" in other.argv and other.argv[0] == str(tmp_path / "engine-default") and "FIX" not in other.env
+
+
+def test_a_wrapping_profiler_on_a_traced_arm_wraps_its_of_arms_whole_command(tmp_path):
+    campaign = inherit_campaign(tmp_path, "{kind: rocprofv3, binary: /opt/rocm/bin/rocprofv3}")
+    backend = campaign.backends[0]
+
+    def argv(arm: str) -> list[str]:
+        prepared = servers.prepare(campaign, campaign.arm(arm), backend)
+        return list(plan_launch(campaign, campaign.arm(arm), backend, prepared, tmp_path / arm, 1, port=99)[0].argv)
+
+    traced, plain = argv("fa-on-traced"), argv("fa-on")
+    assert traced[0] == "/opt/rocm/bin/rocprofv3"
+    assert traced[traced.index("--") + 1:] == [*plain, "--verbose"]
+
+
+def test_an_arm_that_repeats_its_of_arms_flags_gets_them_once(tmp_path):
+    campaign = campaign_of(tmp_path, "preset: llama-server")  # BASE: traced writes after's flags out again
+    assert campaign.arm_config("traced").extra_args == ("--flash-attn", "on")
+    assert campaign.arm_config("traced").env == campaign.arm("after").env
+
+
+@pytest.mark.parametrize(("arms", "bad", "match"), [
+    ("  - {name: a}\n  - {name: t, role: traced, of: b}", 1, r"compared arm \(a\).*'b', which is no arm"),
+    ("  - {name: a}\n  - {name: t, role: traced, of: a}\n  - {name: u, role: traced, of: t}", 2,
+     r"'t', a traced arm"),
+    ("  - {name: a}\n  - {name: t, role: traced, of: t}", 1, r"this arm itself"),
+    ("  - {name: a}\n  - {name: b, of: a}", 1, r"only on an arm with 'role: traced'"),
+])
+def test_validate_refuses_an_of_that_names_no_compared_arm(tmp_path, capsys, arms, bad, match):
+    from perflib.cli import main
+
+    path = tmp_path / "of.yaml"
+    text = (INHERIT % ("", "{kind: none}")).split("arms:\n")[0] + "arms:\n" + arms + "\n"
+    path.write_text(text)
+    line = text.splitlines().index(arms.splitlines()[bad]) + 1  # the arm whose `of` is wrong
+    with pytest.raises(InputError, match=rf"arms\[{bad}\]\.of \(line {line}\).*{match}"):
+        pc.load_campaign(path)
+    assert main(["campaign", "validate", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("perflib: error:") and f"arms[{bad}].of (line {line})" in err and "Traceback" not in err
+
+
+def test_the_flash_attention_example_is_a_new_users_campaign_and_its_traced_arm_is_fa_on(tmp_path, capsys):
+    """campaigns/cuda-h200-fa.yaml (issue 20): a command template, the CUDA build, the playbook without an
+    arm: key, its own question; the traced arm starts fa-on's command line under CUPTI."""
+    from support import REPO
+
+    from perflib.cli import main
+    from perflib.verdicts import Context, scopes
+
+    path = REPO / "campaigns" / "cuda-h200-fa.yaml"
+    assert main(["campaign", "validate", str(path)]) == 0
+    assert "the page opens with its question: Does flash attention" in capsys.readouterr().out
+    campaign = pc.load_campaign(path)
+    spec = campaign.backends[0].server_spec
+    assert spec.preset is None and spec.command and spec.build == "cuda" and campaign.playbook == "batched-decode"
+    assert all(c.arm is None for c in campaign.candidates) and max(campaign.batches) >= 32
+    library = tmp_path / "libcupti.so"
+    library.write_bytes(b"")
+    backend = campaign.backends[0]
+    argv = {}
+    for arm in ("fa-off", "fa-on", "fa-on-cupti"):
+        prepared = Prepared(spec, None, "/cache/llama-server", "/cache/model.gguf", library)
+        launch, _ = plan_launch(campaign, campaign.arm(arm), backend, prepared, tmp_path / arm, 1, port=8080)
+        argv[arm] = list(launch.argv)
+        assert launch.ready_timeout_s >= 120 and launch.grace_s >= 30  # CUDA start-up; CUPTI's flush at exit
+    assert argv["fa-on-cupti"] == argv["fa-on"] and argv["fa-on"][-2:] == ["--flash-attn", "on"]
+    assert argv["fa-off"][-2:] == ["--flash-attn", "off"] and argv["fa-on"][argv["fa-on"].index("--parallel") + 1] == "32"
+    ctx = Context.of(campaign)
+    gaps = next(c for c in campaign.candidates if c.id == "host-gaps")
+    by_arm = {s.arm: s for s in scopes(gaps, ctx)}
+    assert set(by_arm) == {"fa-off", "fa-on"} and [t[0] for t in by_arm["fa-on"].traced_by] == ["fa-on-cupti"]
+    assert by_arm["fa-off"].traced_by == () and by_arm["fa-off"].trace_hint == "cupti"

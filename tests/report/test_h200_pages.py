@@ -199,8 +199,11 @@ def _cupti_level(batch: int, context: int) -> dict:
             cur_e = max(cur_e, e)
     busy += (cur_e - cur_s) if cur_e is not None else 0
     gemv = sum(e - s for s, e, k in inside if "mul_mat_vec" in k)
+    last = max(d["end_ns"] for d in table)  # the capture's last record in this cut
+    # the capture covers the window where its records reach the window's end, give or take two steps
+    covered = last >= hi - 2 * (hi - lo) / steps
     return {"steps": steps, "window_ms": (hi - lo) / 1e6, "busy_ms": busy / 1e6, "gemv_ms": gemv / 1e6,
-            "names": {k for _, _, k in inside}}
+            "names": {k for _, _, k in inside}, "covered": covered, "missing_ms": (hi - last) / 1e6}
 
 
 @pytest.mark.parametrize("context", [1024, 16384])
@@ -213,11 +216,18 @@ def test_cupti_busy_gap_split_from_the_raw_trace(context):
         step, busy = level["window_ms"] / level["steps"], level["busy_ms"] / level["steps"]
         row = (f"| after-cupti | llamacpp-cuda | {batch} | {context} | 1 | {level['steps']} | {step:.2f} ms | "
                f"{busy:.2f} ms | {step - busy:.2f} ms | {100 * busy / step:.1f}% |")
-        assert row in profile
+        assert (row in profile) is level["covered"]  # a capture that ended inside its window is not attributed
+        if not level["covered"]:
+            head = text.split("\n## ")[0]
+            assert (f"**Trace lost.** after-cupti/llamacpp-cuda/b{batch}\\_c{context}\\_r1: capture ended" in head
+                    and f"(its last {level['missing_ms'] / 1e3:.2f} s has no record)" in head)
     verdicts = _section(text, "Verdicts")
     eight = _cupti_level(8, context)
     gap, step = (eight["window_ms"] - eight["busy_ms"]) / eight["steps"], eight["window_ms"] / eight["steps"]
     line = next(x for x in verdicts.splitlines() if x.startswith("| host-side work") and f"context {context} |" in x)
+    if not eight["covered"]:  # the committed ~16K batch-8 capture ran out of CUPTI buffer memory
+        assert "| not measured |" in line and "no whole trace" in line
+        return
     expected = "confirmed" if gap / step >= 0.30 else "ruled out" if gap / step < 0.15 else "inconclusive"
     assert f"host gaps {gap:.1f} of {step:.1f} ms per step" in line and f"| {expected} |" in line
 
@@ -230,14 +240,17 @@ def test_cupti_gemv_scaling_and_absent_gemm_from_the_raw_trace(context):
     one, eight = _cupti_level(1, context), _cupti_level(8, context)
     assert not [n for n in eight["names"] if re.search(r"(?i)gemm|cublas|nvjet|dequantize|convert", n)]
     line = next(x for x in verdicts.splitlines() if x.startswith("| GEMM/dequant route") and f"context {context} |" in x)
-    assert "| ruled out |" in line and "(0.0%, 0 dispatches" in line
-    per_step_1, per_step_8 = one["gemv_ms"] / one["steps"], eight["gemv_ms"] / eight["steps"]
-    ratio = per_step_8 / per_step_1
-    line = next(x for x in verdicts.splitlines()
+    gemv = next(x for x in verdicts.splitlines()
                 if x.startswith("| per-row weight streaming") and f"context {context} |" in x)
-    assert f"{per_step_8:.1f} ms per step at batch 8 over {per_step_1:.1f} at batch 1: {ratio:.2f}x" in line
-    expected = "confirmed" if ratio / 8 >= 0.75 else "ruled out" if ratio / 8 <= 0.5 else "inconclusive"
-    assert f"| {expected} |" in line
+    if eight["covered"]:
+        assert "| ruled out |" in line and "(0.0%, 0 dispatches" in line
+        per_step_1, per_step_8 = one["gemv_ms"] / one["steps"], eight["gemv_ms"] / eight["steps"]
+        ratio = per_step_8 / per_step_1
+        assert f"{per_step_8:.1f} ms per step at batch 8 over {per_step_1:.1f} at batch 1: {ratio:.2f}x" in gemv
+        expected = "confirmed" if ratio / 8 >= 0.75 else "ruled out" if ratio / 8 <= 0.5 else "inconclusive"
+        assert f"| {expected} |" in gemv
+    else:  # a trace cut short by its capture decides nothing
+        assert "| not measured |" in line and "| not measured |" in gemv and "no whole trace" in gemv
     # interleaved prefill: decided from the own-step share, which the request records give
     line = next(x for x in verdicts.splitlines()
                 if x.startswith("| interleaved prefill | arm after,") and f"context {context} |" in x)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 
@@ -13,6 +14,7 @@ from perflib.campaign import load_campaign
 from perflib.cli import main
 from perflib.report import page as report
 from perflib.report import tables, text
+from perflib.report import text as text_mod
 
 SAMPLE = DATA / "campaign-sample"
 
@@ -110,6 +112,42 @@ def test_cli_report_and_bad_campaign(sample_copy, tmp_path, capsys):
     assert err.startswith("perflib: error:") and "did you mean 'repeats'" in err
 
 
+@pytest.mark.parametrize("case", ["question", "description", "neither"])
+def test_the_page_opens_with_the_campaigns_question(sample_copy, tmp_path, capsys, case):
+    """Its `question:` first (above the description), else the description itself, else the playbook's
+    generic question; `campaign validate` says which."""
+    from perflib.config import playbook_question
+
+    own = "Does a second llama-server thread halve the batch-2 decode step on this 2-core machine?"
+    text = sample_copy.read_text()
+    if case == "question":
+        text = text.replace("model:\n", f"question: {own}\nmodel:\n", 1)
+    elif case == "neither":
+        text = text.split("description: >-")[0] + "model:" + text.split("\nmodel:", 1)[1]
+    sample_copy.write_text(text)
+    campaign = load_campaign(sample_copy)
+    assert (campaign.question == own) is (case == "question") and bool(campaign.description) is (case != "neither")
+    body = report.write_report(campaign, reports_dir=tmp_path / "reports").read_text()
+    head = [ln for ln in body.split("\n## ")[0].splitlines()[3:] if ln.strip()]  # after the title and date
+    generic = playbook_question("batched-decode")
+    assert generic and "batched decode" in generic.lower()
+    if case == "question":
+        assert head[0] == f"**Question.** {text_mod.escape_md(own)}"
+        assert head[1] == text_mod.escape_md(campaign.description)  # the description follows it
+    elif case == "description":
+        assert head[0] == text_mod.escape_md(campaign.description) and "**Question.**" not in body
+    else:
+        assert head[0] == f"**Question.** {text_mod.escape_md(generic)}"
+    assert generic not in body or case == "neither"
+    assert main(["campaign", "validate", str(sample_copy), "--json"]) == 0
+    info = json.loads(capsys.readouterr().out)
+    expected = {"question": (own, "question"), "description": (campaign.description, "description"),
+                "neither": (generic, "playbook batched-decode")}[case]
+    assert (info["question"], info["question_from"]) == expected
+    assert main(["campaign", "validate", str(sample_copy)]) == 0
+    assert f"the page opens with its {expected[1]}: {expected[0]}" in capsys.readouterr().out
+
+
 def test_see_also_links_existing_pages_only(tmp_path):
     (tmp_path / "h200-pytorch-2026-01-02.md").write_text("x")
     (tmp_path / "h200-pytorch-2026-03-04.md").write_text("y")
@@ -127,7 +165,11 @@ def test_committed_pages_open_with_their_answer(name):
     text = page.read_text()
     head = text.split("\n## ")[0]
     lines = [ln for ln in head.splitlines()[4:] if ln.strip()]  # after the title, date and description
-    assert "**Question.**" in head and "| cause | verdict | deciding number | where |" in head
+    campaign = load_campaign(REPO / "campaigns" / f"{name}.yaml")
+    opening = f"**Question.** {text_mod.escape_md(campaign.question)}" if campaign.question else \
+        text_mod.escape_md(campaign.description)  # the campaign's own question, else its description
+    assert opening and head.splitlines()[4] == opening
+    assert "| cause | verdict | deciding number | where |" in head
     assert "- **Checks.**" in head and "Sections:" in head
     assert len(lines) <= 25, len(lines)
     verdict_rows = [ln for ln in lines if ln.startswith("| ") and ("**confirmed**" in ln or "**ruled out**" in ln

@@ -43,3 +43,20 @@ def test_jsonl_append_and_torn_last_line(tmp_path):
     path.write_text('{"a": 1}\nnot json\n{"a": 3}\n')
     with pytest.raises(InputError, match=r"requests.jsonl:2:1: expected one JSON object per line"):
         rundir.read_jsonl(path)
+
+
+def test_the_server_start_that_served_a_run_is_the_last_one_naming_it(tmp_path):
+    import json
+
+    arm_dir = tmp_path / "raw" / "c" / "traced" / "cuda"
+    run = arm_dir / rundir.run_name(8, 1024, 2)
+    run.mkdir(parents=True)
+    assert rundir.server_start_of(run) is None  # no server.json: a server perflib did not start
+    label = "traced/cuda/b8_c1024_r2"
+    starts = [{"segment": 1, "runs": [label], "ended": "died"}, {"segment": 2, "runs": ["traced/cuda/b1_c1024_r1"]},
+              {"segment": 3, "runs": [label, "traced/cuda/b8_c1024_r3"], "exit_code": 1}]
+    (arm_dir / rundir.SERVER_RECORD).write_text(json.dumps({"starts": starts}))
+    assert rundir.server_start_of(run)["segment"] == 3  # measured again on the start after the one that died
+    assert rundir.server_start_of(arm_dir / rundir.run_name(4, 1024, 1)) is None
+    (arm_dir / rundir.SERVER_RECORD).write_text("{half")
+    assert rundir.server_start_of(run) is None

@@ -85,6 +85,22 @@ def test_not_measured_says_why():
     assert "peak_bandwidth_gbs" in verdicts[1].line and "weight_bytes" in verdicts[1].line
 
 
+@pytest.mark.parametrize("guessed", [True, False])
+def test_a_per_step_verdict_on_guessed_steps_says_so(guessed):
+    """Steps from the dispatch rhythm are a guess: a verdict per step says it rests on one."""
+    base = {"campaign": "t", "arm": "a", "backend": "cpu", "batch": 4, "context": 256, "repeat": 1}
+    trace = normalize("trace_runs", pd.DataFrame([{**base, "dispatches": 900, "window_ms": 100.0, "busy_ms": 60.0,
+                                                   "gap_ms": 40.0, "busy_share": 0.6, "steps": 10,
+                                                   "busy_ms_per_step": 6.0, "gap_ms_per_step": 4.0,
+                                                   "step_method": "x", "steps_guessed": guessed}]))
+    tables = DerivedTables(runs=_runs([{"batch": 4, "decode_step_ms": 10.0}]), trace_runs=trace)
+    share, per_step = v.evaluate([_cand("gap_share", ">= 30%", "< 15%"), _cand("gap_ms_per_step", ">= 3", "< 1")],
+                                 tables, _ctx())
+    assert (share.value, per_step.value) == (pytest.approx(0.4), pytest.approx(4.0))
+    for verdict in (share, per_step):
+        assert ("a guess from the dispatch rhythm" in verdict.text) is guessed, verdict.text
+
+
 def test_incomplete_runs_do_not_count():
     rows = [{"batch": 1, "decode_step_ms": 10.0}, {"batch": 4, "decode_step_ms": 50.0, "status": "incomplete"}]
     (verdict,) = v.evaluate([_cand("step_ratio", ">= 3", "< 1.5")], DerivedTables(runs=_runs(rows)), _ctx())

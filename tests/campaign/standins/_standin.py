@@ -25,13 +25,23 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[3]))  # this checkout's 
 
 def run_child(argv: list[str], clock: Callable[[], int], env: dict[str, str] | None = None,
               stdout: int | None = None) -> tuple[int, int, int]:
-    """Run `argv` until it exits, passing SIGTERM/SIGINT on; returns (start_ns, end_ns, exit code)."""
+    """Run `argv` until it exits, passing SIGTERM/SIGINT on where the child has not exited 5 s later;
+    returns (start_ns, end_ns, exit code). perflib signals the whole process group, which reaches the
+    child too: a second signal at once would make llama-server terminate immediately, with exit code 1,
+    which no real injected profiler causes."""
+    import threading
+
     start = clock()
     child = subprocess.Popen(argv, env=env, stdout=stdout)
 
     def forward(signum: int, _frame: object) -> None:
-        if child.poll() is None:
-            child.send_signal(signum)
+        def again() -> None:
+            if child.poll() is None:
+                child.send_signal(signum)
+
+        timer = threading.Timer(5.0, again)
+        timer.daemon = True
+        timer.start()
 
     signal.signal(signal.SIGTERM, forward)
     signal.signal(signal.SIGINT, forward)

@@ -3,10 +3,21 @@
 so this wraps the real server instead: `standin_cuda_server.py program args...` runs the program;
 where `CUDA_INJECTION64_PATH` names an existing file, as perflib's `cupti` profiler sets it, it then
 prints on its stdout what the CUDA sample `cupti_trace_injection` prints there, the kernel records of
-the server's life on the Unix clock, written with perflib's CUPTI text writer."""
+the server's life on the Unix clock, written with perflib's CUPTI text writer.
+
+Faults a real capture has, on request (environment, set by a test's campaign file):
+- `STANDIN_CAPTURE_ENDS_IN=<run folder>` with `STANDIN_ARM_DIR`: the records stop halfway through that
+  run's decode window (read from its request records and clocks once the server has stopped), as when
+  CUPTI runs out of buffer memory mid-run;
+- `STANDIN_LOSS_LINE`: a line printed on stderr (the server log) at exit, e.g. a CUPTI error;
+- `STANDIN_STDOUT_LINE`: a line printed among the records (the CUDA sample's `Dropped N activity records`);
+- `STANDIN_STATS` with `STANDIN_CAPTURE_DIR`: JSON written as the capture's `cupti-stats.json`;
+- `STANDIN_EXIT`: the exit code instead of the server's.
+"""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -17,6 +28,17 @@ from pathlib import Path
 from _standin import made_up_dispatches, run_child
 
 
+def decode_midpoint_unix_ns(run_dir: Path) -> int:
+    """The middle of a run's decode window (last first token to first last token), on the Unix clock."""
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    start = manifest["clocks"]["start"]
+    offset = int(start["realtime_ns"]) - int(start["monotonic_ns"])
+    records = [json.loads(line) for line in (run_dir / "requests.jsonl").read_text().splitlines() if line.strip()]
+    lo = max(int(r["first_token_ns"]) for r in records if r.get("ok"))
+    hi = min(int(r["last_token_ns"]) for r in records if r.get("ok"))
+    return (lo + hi) // 2 + offset
+
+
 def main(program: list[str]) -> int:
     injected = os.environ.get("CUDA_INJECTION64_PATH")
     if not injected:
@@ -25,11 +47,23 @@ def main(program: list[str]) -> int:
     start, end, code = run_child(program, time.time_ns, stdout=subprocess.DEVNULL)
     from perflib.traces.writers.cupti_text import write_cupti_text
 
+    frame = made_up_dispatches(start, end)
+    if os.environ.get("STANDIN_CAPTURE_ENDS_IN"):
+        cut = decode_midpoint_unix_ns(Path(os.environ["STANDIN_ARM_DIR"]) / os.environ["STANDIN_CAPTURE_ENDS_IN"])
+        frame = frame[frame["end_ns"] <= cut].reset_index(drop=True)
     with tempfile.TemporaryDirectory() as tmp:
-        path = write_cupti_text(made_up_dispatches(start, end), Path(tmp) / "records.txt")
-        sys.stdout.write(path.read_text())
+        path = write_cupti_text(frame, Path(tmp) / "records.txt")
+        text = path.read_text()
+    if os.environ.get("STANDIN_STDOUT_LINE"):
+        lines = text.splitlines(keepends=True)
+        text = "".join([*lines[: len(lines) // 2], os.environ["STANDIN_STDOUT_LINE"] + "\n", *lines[len(lines) // 2:]])
+    sys.stdout.write(text)
     sys.stdout.flush()
-    return code
+    if os.environ.get("STANDIN_STATS"):
+        (Path(os.environ["STANDIN_CAPTURE_DIR"]) / "cupti-stats.json").write_text(os.environ["STANDIN_STATS"])
+    if os.environ.get("STANDIN_LOSS_LINE"):
+        print(os.environ["STANDIN_LOSS_LINE"], file=sys.stderr, flush=True)
+    return int(os.environ.get("STANDIN_EXIT", code))
 
 
 if __name__ == "__main__":
