@@ -686,8 +686,8 @@ void CUPTIAPI on_resource(void*, CUpti_CallbackDomain domain, CUpti_CallbackId c
             break;
         }
         case CUPTI_CBID_RESOURCE_CONTEXT_DESTROY_STARTING: {
-            // deliver what the context holds before it goes (as the sample does at cudaDeviceReset)
-            check(cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED), "cuptiActivityFlushAll(context end)");
+            // its count before it goes; no flush from inside CUPTI's callback (the buffers are global:
+            // the next periodic or final flush delivers them)
             count_dropped(r->context, 0);
             std::lock_guard<std::mutex> lock(g->resource_mu);
             g->contexts.erase(r->context);
@@ -749,7 +749,7 @@ int initialize() {
     if (sub == CUPTI_SUCCESS) {
         check(cuptiEnableDomain(1, subscriber, CUPTI_CB_DOMAIN_RESOURCE), "cuptiEnableDomain(RESOURCE)");
     } else {
-        check(sub, "cuptiSubscribe (per-context dropped counts and the flush at context end are off)");
+        check(sub, "cuptiSubscribe (per-context and per-stream dropped counts are off)");
     }
 
     struct { bool on; CUpti_ActivityKind kind; const char* name; } kinds[] = {
