@@ -83,9 +83,10 @@ def prepare(campaign: Campaign, arm: ArmSpec, backend: BackendSpec, progress: bo
         model = str(server.ensure_test_model(**campaign.model.random))
     library = None
     profiler = campaign.profiler(arm.name, backend.name)
-    if profiler.kind == "cupti":
-        library = (Path(_path_of(campaign, profiler.library, program=False)) if profiler.library
-                   else server.ensure_cupti_library())
+    if profiler.kind == "cupti":  # library: perflib (default), sample (the CUDA sample's), or a path
+        library = (server.ensure_cupti_library(progress=progress, sample=profiler.library == "sample")
+                   if profiler.library in (None, "perflib", "sample")
+                   else Path(_path_of(campaign, profiler.library, program=False)))
     return Prepared(spec, preset, binary, model, library)
 
 

