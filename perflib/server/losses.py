@@ -122,7 +122,16 @@ def read_stats(capture_dir: Path | None) -> dict[str, Any] | None:
         value = doc.get(key)
         return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
 
-    return {"dropped_records": count("dropped_records"), "records": count("records"), "file": STATS_FILE}
+    errors = doc.get("errors")
+    out: dict[str, Any] = {"dropped_records": count("dropped_records"), "records": count("records"),
+                           "file": STATS_FILE}
+    if isinstance(errors, list) and errors:  # perflib's library: CUPTI calls that failed while tracing
+        out["errors"] = [str(e)[:200] for e in errors[:8]]
+    if doc.get("complete") is False:  # the stats of a capture whose exit flush never ran
+        out["complete"] = False
+    if isinstance(doc.get("write_failures"), int) and doc["write_failures"] > 0:
+        out["write_failures"] = doc["write_failures"]
+    return out
 
 
 def exit_loss(start: dict[str, Any]) -> str | None:
@@ -163,6 +172,14 @@ def describe(start: dict[str, Any]) -> str:
     if isinstance(stats, dict) and isinstance(stats.get("dropped_records"), int) and stats["dropped_records"] > 0:
         of = f" of {stats['records'] + stats['dropped_records']:,}" if isinstance(stats.get("records"), int) else ""
         parts.append(f"{stats['dropped_records']:,}{of} records dropped ({stats.get('file', STATS_FILE)})")
+    if isinstance(stats, dict):
+        where = stats.get("file", STATS_FILE)
+        if stats.get("errors"):
+            parts.append(f"CUPTI errors while tracing: {', '.join(stats['errors'])} ({where})")
+        if stats.get("complete") is False:
+            parts.append(f"the capture was never finished: no final flush at exit, its last records lost ({where})")
+        if stats.get("write_failures"):
+            parts.append(f"{stats['write_failures']:,} failed writes of records ({where})")
     return "; ".join(parts)
 
 

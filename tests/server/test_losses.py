@@ -92,3 +92,17 @@ def test_a_start_said_in_one_line_and_its_dropped_count():
     clean = {"ended": "stopped at the end of the arm", "exit_code": 0, "losses": [],
              "profiler_stats": {"dropped_records": 0, "records": 10, "file": "cupti-stats.json"}}
     assert losses.describe(clean) == "" and losses.dropped(clean) == 0
+
+
+def test_the_library_s_own_errors_and_an_unfinished_capture_are_losses(tmp_path):
+    (tmp_path / losses.STATS_FILE).write_text(json.dumps({
+        "dropped_records": 0, "records": 10, "errors": ["cuptiActivityFlushAll: CUPTI_ERROR_UNKNOWN (2 times)"],
+        "complete": False, "write_failures": 3}))
+    stats = losses.read_stats(tmp_path)
+    said = losses.describe({"ended": "stopped at the end of the arm", "exit_code": 0, "profiler_stats": stats})
+    assert "CUPTI errors while tracing: cuptiActivityFlushAll: CUPTI_ERROR_UNKNOWN (2 times)" in said
+    assert "never finished" in said and "3 failed writes" in said
+    (tmp_path / losses.STATS_FILE).write_text(json.dumps({"dropped_records": 0, "records": 10, "errors": [],
+                                                          "complete": True, "write_failures": 0}))
+    clean = {"ended": "stopped at the end of the arm", "exit_code": 0, "profiler_stats": losses.read_stats(tmp_path)}
+    assert losses.describe(clean) == ""
