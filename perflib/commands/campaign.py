@@ -26,7 +26,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         p.add_argument("--reports", help="folder for the results page (default: the campaign's reports_dir)")
         p.add_argument("--json", action="store_true", help="print one JSON object instead of text")
 
-    run_p = sub.add_parser("run", help="measure every incomplete run, then derive and write the page")
+    run_p = sub.add_parser(
+        "run", help="measure every incomplete run, then derive and write the page",
+        description=(
+            "Measures every incomplete run of the campaign, one server per (arm, backend), then derives the tables "
+            "and writes the page. An (arm, backend) another runner holds (its .claim.json) is skipped and said so; "
+            "a server an earlier runner left running when it died (kill -9) is stopped first and said so."),
+        epilog=EXIT_CODES, formatter_class=argparse.RawDescriptionHelpFormatter)
     common(run_p)
     run_p.add_argument("--guard", action="store_true",
                        help="GPU guard: wait for an idle GPU, watch it at 1 Hz, redo contended runs (up to 5 "
@@ -53,6 +59,19 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     check_p.add_argument("file")
     check_p.add_argument("--json", action="store_true")
     check_p.set_defaults(func=validate)
+
+
+NOTHING_DONE_EXIT = 3
+"""`campaign run`'s exit status where it measured nothing because another runner holds every (arm,
+backend) left to measure."""
+
+EXIT_CODES = f"""exit status:
+  0    every run measured or already complete (an (arm, backend) another runner holds is listed)
+  1    at least one run failed (each is listed with why; what it measured is kept)
+  2    the campaign file or an argument is wrong (one `perflib: error:` line)
+  {NOTHING_DONE_EXIT}    nothing done: every (arm, backend) left to measure is held by another runner
+  75   only the GPU guard's contention kept runs from being measured (--guard)
+  130  interrupted (Ctrl-C); 143: terminated (SIGTERM). The run in progress is kept incomplete"""
 
 
 CPU_THRESHOLD = 0.25
@@ -125,17 +144,26 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps({"campaign": campaign.name, "done": list(result.done), "skipped": list(result.skipped),
                           "failed": [{"run": r, "error": e} for r, e in result.failed],
+                          "claimed": [{"group": g, "holder": h} for g, h in result.claimed],
+                          "orphans_stopped": list(result.orphans), "nothing_done": result.nothing_done,
                           "contended": list(result.contended), "page": str(result.page) if result.page else None}))
     else:
         print(f"campaign {campaign.name}: {len(result.done)} runs measured, {len(result.skipped)} skipped "
-              f"(complete), {len(result.failed)} failed")
+              f"(complete), {len(result.failed)} failed"
+              + (f", {len(result.claimed)} (arm, backend) held by another runner" if result.claimed else ""))
         for label, error in result.failed:
             print(f"  FAILED {label}: {error}", file=sys.stderr)
         if result.page:
             print(f"page: {result.page}")
+    for group, who in result.claimed:
+        print(f"perflib: {group} not measured here: another runner holds it ({who})", file=sys.stderr)
     if result.failed:
         contended_only = all(e.startswith("contended on all") for _, e in result.failed)
         return GUARD_EXIT if contended_only else 1
+    if result.nothing_done:
+        print(f"perflib: nothing done: every (arm, backend) left to measure is held by another runner "
+              f"(exit {NOTHING_DONE_EXIT})", file=sys.stderr)
+        return NOTHING_DONE_EXIT
     return 0
 
 
