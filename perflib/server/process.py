@@ -180,10 +180,6 @@ class ServerHandle:
         except OSError:
             return ""
 
-    def ended(self) -> str:
-        """How the server ended: `exit code N` or `killed by SIGKILL` (signal 9); `running` while it runs."""
-        return exit_text(self.process.returncode)
-
     def __enter__(self) -> ServerHandle:
         return self
 
