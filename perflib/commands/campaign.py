@@ -29,9 +29,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     run_p = sub.add_parser(
         "run", help="measure every incomplete run, then derive and write the page",
         description=(
-            "Measures every incomplete run of the campaign, one server per (arm, backend), then derives the tables "
-            "and writes the page. An (arm, backend) another runner holds (its .claim.json) is skipped and said so; "
-            "a server an earlier runner left running when it died (kill -9) is stopped first and said so."),
+            "Measures every incomplete run of the campaign, one server per (arm, backend), then derives the\n"
+            "tables and writes the page. An (arm, backend) another runner holds (its .claim.json) is skipped\n"
+            "and said so; a server an earlier runner left running when it died (kill -9) is stopped first\n"
+            "and said so. On Linux a server also gets its stop signal when the runner dies, kill -9 included."),
         epilog=EXIT_CODES, formatter_class=argparse.RawDescriptionHelpFormatter)
     common(run_p)
     run_p.add_argument("--guard", action="store_true",
