@@ -287,12 +287,13 @@ def atomic_target(path: Path | str) -> Iterator[Path]:
     fd, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     tmp = Path(name)
     try:
-        os.fchmod(fd, 0o644)  # mkstemp makes it 0600; a run folder is meant to be shared
-        os.close(fd)
-        yield tmp
-        with open(tmp, "rb") as handle:
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
+        with naming(path):  # a full disk names the file being written, not the temp file or nothing
+            os.fchmod(fd, 0o644)  # mkstemp makes it 0600; a run folder is meant to be shared
+            os.close(fd)
+            yield tmp
+            with open(tmp, "rb") as handle:
+                os.fsync(handle.fileno())
+            os.replace(tmp, path)
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
@@ -325,7 +326,31 @@ def read_manifest(run: Path | str, missing_ok: bool = False) -> dict[str, Any] |
     metrics = obj.get("metrics")
     if isinstance(metrics, dict):
         check_fields(metrics, METRICS_INFO_FIELDS, path, "field metrics.")
+    _check_clocks(obj.get("clocks"), path)
     return obj
+
+
+MAX_CLOCK_NS = 2**63 - 1
+"""A clock reading is int64 nanoseconds (`perflib.clocks.now_clocks`)."""
+
+
+def _check_clocks(clocks: Any, path: Path) -> None:
+    """`clocks.start` and `clocks.end` are null or objects whose readings are integers of ns in int64,
+    at least 0: a string, NaN (read as a float), a fraction or 1e30 is an `InputError` naming the field,
+    never a ValueError or an overflow where a window is computed from it."""
+    if not isinstance(clocks, dict):
+        return
+    for which in ("start", "end"):
+        reading = clocks.get(which)
+        if reading is None:
+            continue
+        if not isinstance(reading, dict):
+            raise InputError(path, f"field clocks.{which}", "a JSON object of clock readings or null",
+                             describe(reading))
+        for name, value in reading.items():
+            if not (_is_int(value) and 0 <= value <= MAX_CLOCK_NS):
+                raise InputError(path, f"field clocks.{which}.{name}",
+                                 "an integer of nanoseconds from 0 to 2^63 - 1 (int64)", describe(value))
 
 
 def is_complete(run: Path | str) -> bool:
@@ -410,10 +435,22 @@ def server_start_of(run: Path | str) -> dict[str, Any] | None:
     return mine[-1] if mine else None
 
 
+@contextlib.contextmanager
+def naming(path: Path | str) -> Iterator[None]:
+    """An OSError in the block names `path` where it names no file (a write to a full disk fails on
+    the open file: `[Errno 28] No space left on device` alone would not say which)."""
+    try:
+        yield
+    except OSError as exc:
+        if exc.filename is None and exc.errno is not None:
+            raise OSError(exc.errno, exc.strerror or str(exc), str(path)) from exc
+        raise
+
+
 def append_jsonl(path: Path | str, obj: Mapping[str, Any]) -> None:
     """Append one JSON object as one line and flush it, so a crash keeps every finished line."""
     line = json.dumps(obj, separators=(",", ":"), default=str)
-    with open(path, "a") as handle:
+    with naming(path), open(path, "a") as handle:
         handle.write(line + "\n")
         handle.flush()
 
@@ -526,4 +563,5 @@ class RunWriter:
 
     def metrics(self, which: str, text: str) -> None:
         name = METRICS_BEFORE if which == "before" else METRICS_AFTER
-        (self.run_dir / name).write_text(text)
+        with naming(self.run_dir / name):
+            (self.run_dir / name).write_text(text)

@@ -172,7 +172,7 @@ RUNS_COLUMNS = (
 EXTRA_COLUMNS = (
     "decode_tokens_requested", "timings_step_ms", "steady_step_samples", "steady_step_burst_share",
     "steady_step_reason", "overlap_share", "client_decode_tokens", "contended", "contention_why",
-    "metrics_available", "metrics_absent", "errors",
+    "metrics_available", "metrics_absent", "metrics_problem", "errors",
 )
 """Columns `summarize_run` adds after the SCHEMA ones (an extension, not a change)."""
 
@@ -260,7 +260,7 @@ def _counter_figures(run_dir: Path, manifest: Mapping[str, Any], records: Sequen
     why appended to `errors`, and a bad file is an `InputError` naming it."""
     before = run_dir / rundir.METRICS_BEFORE
     after = run_dir / rundir.METRICS_AFTER
-    out: dict[str, Any] = {"metrics_available": False, "metrics_absent": None}
+    out: dict[str, Any] = {"metrics_available": False, "metrics_absent": None, "metrics_problem": None}
     if not (before.is_file() and after.is_file()):
         return out
     info = manifest.get("metrics") or {}
@@ -280,6 +280,7 @@ def _counter_figures(run_dir: Path, manifest: Mapping[str, Any], records: Sequen
         errors.append(f"{after}: counters unavailable: {exc}")
         return out
     out["metrics_available"] = True
+    out["metrics_problem"] = delta.get("problem")  # reset, NaN, impossible: why the figures are n/a
     absent = list(delta.get("absent") or [])
     for key in ("decode_step_ms", "raw_step_ms", "occupancy", "prefill_chunks", "mixed_steps", "decode_steps",
                 "decode_tokens"):
@@ -302,8 +303,8 @@ def level_rows(summaries: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
 
     Keys per figure `f`: `f` (median), `f_min`, `f_max` (None where no repeat has it), plus
     `repeats`, `complete` (repeats whose run is complete), `contended` (complete repeats whose level
-    saw other processes' CPU above the threshold), `counters` (`ok` or `no /metrics`) and
-    `prefill_chunks_absent` (the server has no such counter).
+    saw other processes' CPU above the threshold), `counters` (`ok`, `no /metrics`, or why they were
+    not usable: `reset`, `NaN`, `impossible`) and `prefill_chunks_absent` (the server has no such counter).
     """
     groups: dict[tuple[int, int], list[Mapping[str, Any]]] = {}
     for s in summaries:
@@ -319,7 +320,10 @@ def level_rows(summaries: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
             row[key] = statistics.median(values) if values else None
             row[f"{key}_min"] = min(values) if values else None
             row[f"{key}_max"] = max(values) if values else None
-        row["counters"] = "ok" if any(s.get("metrics_available") for s in runs) else "no /metrics"
+        problems = [str(s["metrics_problem"]).split(":")[0] for s in runs if s.get("metrics_problem")]
+        usable = any(s.get("metrics_available") and not s.get("metrics_problem") for s in runs)
+        row["counters"] = ("ok" if usable else problems[0] if problems else
+                           "ok" if any(s.get("metrics_available") for s in runs) else "no /metrics")
         row["prefill_chunks_absent"] = any("prefill_chunks" in (s.get("metrics_absent") or []) for s in runs)
         rows.append(row)
     return rows

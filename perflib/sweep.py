@@ -76,12 +76,13 @@ def run_level(
     campaign: str | None = None,
     arm: str | None = None,
     backend: str | None = None,
-    timeout: float = 600.0,
+    timeout: float | None = None,
     ignore_eos: bool = True,
     extra_body: Mapping[str, Any] | None = None,
     contention: bool = True,
     contention_threshold: float = load.CPU_THRESHOLD,
     workers: int = 1,
+    idle_timeout: float | None = load.DEFAULT_IDLE_TIMEOUT_S,
 ) -> LevelResult:
     """Measure one (batch, context, repeat) run into `<out_dir>/b<batch>_c<context>_r<repeat>/`.
 
@@ -102,7 +103,13 @@ def run_level(
 
     `workers` > 1 sends the level's requests from that many processes (`perflib.load.workers`) into
     the same `requests.jsonl`; the manifest says how many.
+
+    `timeout` bounds each request (default `perflib.load.request_timeout_for(decode_tokens)`),
+    `idle_timeout` the time without a byte once its stream has begun (None: no limit); a request
+    that hits one fails with the timeout named, and the level is incomplete. The manifest keeps both.
     """
+    if timeout is None:
+        timeout = load.request_timeout_for(decode_tokens)
     run_dir = rundir.run_dir(out_dir, batch, context, repeat)
     if rundir.is_complete(run_dir):
         summary, problem = _summary(run_dir, batch, context, repeat)
@@ -112,7 +119,7 @@ def run_level(
     run_dir.mkdir(parents=True)
     manifest = {"campaign": campaign, "arm": arm, "backend": backend, **_started_manifest(
         base_url, endpoint, batch, context, decode_tokens, repeat), "moved_aside": str(moved) if moved else None,
-        "workers": workers}
+        "workers": workers, "timeouts": {"request_s": timeout, "idle_s": idle_timeout}}
     rundir.write_manifest(run_dir, manifest)
     try:
         manifest["server"] = load.server_identity(base_url, flags=list(server.flags) if server else None,
@@ -136,7 +143,7 @@ def run_level(
             base_url, batch, context, decode_tokens, repeat, rundir.RunWriter(run_dir),
             endpoint=endpoint, model=manifest["server"].get("model"), dialect=dialect,
             ignore_eos=ignore_eos, extra_body=extra_body if extra_body is not None else _extra_body(manifest),
-            timeout=timeout, workers=workers,
+            timeout=timeout, workers=workers, idle_timeout=idle_timeout,
         ))
     finally:
         seen = sampler.stop() if contention else None
@@ -153,10 +160,31 @@ def run_level(
         "errors": list(outcome.errors),
     })
     rundir.write_manifest(run_dir, manifest)
-    summary, problem = _summary(run_dir, batch, context, repeat)
+    summary, problem = _summary_checked(run_dir, manifest, outcome.errors)
     status = UNREADABLE if problem else manifest["status"]
     return LevelResult(run_dir, status, (*outcome.errors, *([problem] if problem else [])), summary,
                        unreachable=outcome.unreachable, moved_aside=moved)
+
+
+def _summary_checked(run_dir: Path, manifest: dict[str, Any], errors: list[str]) -> tuple[dict[str, Any], str | None]:
+    """`_summary` of a level just measured; where its counters reset or were NaN (`REMEASURED`), the
+    client's records stand but the counters' figures are n/a, so the level is marked incomplete (its
+    manifest, `errors`) and measured again on a rerun."""
+    batch, context, repeat = manifest["batch"], manifest["context"], manifest["repeat"]
+    summary, problem = _summary(run_dir, batch, context, repeat)
+    counters = str(summary.get("metrics_problem") or "")
+    if counters.startswith(REMEASURED) and manifest["status"] == rundir.COMPLETE:
+        errors.append(f"level {run_dir.name}: counters {counters}; the level is kept incomplete and measured "
+                      "again on the next run")
+        manifest.update(status=rundir.INCOMPLETE, errors=list(errors))
+        rundir.write_manifest(run_dir, manifest)
+        summary, problem = _summary(run_dir, batch, context, repeat)
+    return summary, problem
+
+
+REMEASURED = ("reset", "NaN")
+"""Counter problems (`perflib.metrics.MetricsDelta.problem`) that leave a level incomplete: a restart or a
+counter the server could not compute says nothing about the level, so a rerun measures it again."""
 
 
 UNREADABLE = "unreadable"
@@ -274,8 +302,9 @@ class SweepResult:
 
 
 def _run_plan(plan: list[tuple[int, int, int]], base_url: str, decode_tokens: int, out: Path, endpoint: str,
-              dialect: str, handle: Any, timeout: float, progress: bool, result: SweepResult,
-              contention: bool = True, contention_threshold: float = load.CPU_THRESHOLD, workers: int = 1) -> None:
+              dialect: str, handle: Any, timeout: float | None, progress: bool, result: SweepResult,
+              contention: bool = True, contention_threshold: float = load.CPU_THRESHOLD, workers: int = 1,
+              idle_timeout: float | None = load.DEFAULT_IDLE_TIMEOUT_S) -> None:
     """Every (batch, context, repeat) of the plan in turn; stops at a server that cannot be reached or
     that perflib started and that died, after the level's folder was marked incomplete."""
     from tqdm import tqdm
@@ -286,7 +315,7 @@ def _run_plan(plan: list[tuple[int, int, int]], base_url: str, decode_tokens: in
             bar.set_description(rundir.run_name(batch, context, repeat))
             res = run_level(base_url, batch, context, decode_tokens, repeat, out, endpoint=endpoint,
                             dialect=dialect, server=handle, timeout=timeout, contention=contention,
-                            contention_threshold=contention_threshold, workers=workers)
+                            contention_threshold=contention_threshold, workers=workers, idle_timeout=idle_timeout)
             result.results.append(res)
             if progress and res.summary.get("contended") and not res.skipped:
                 tqdm.write(f"perflib: {res.run_dir.name} contended: {res.summary.get('contention_why')}",
@@ -339,10 +368,11 @@ def sweep(
     model: Path | str | None = None,
     threads: int | None = None,
     progress: bool = True,
-    timeout: float = 600.0,
+    timeout: float | None = None,
     contention: bool = True,
     contention_threshold: float = load.CPU_THRESHOLD,
     workers: int = 1,
+    idle_timeout: float | None = load.DEFAULT_IDLE_TIMEOUT_S,
 ) -> SweepResult:
     """Every (batch, context, repeat) as a run folder under `out_dir`, then one row per level.
 
@@ -371,7 +401,7 @@ def sweep(
     plan = [(b, c, r) for b in batches for c in contexts for r in range(1, repeats + 1)]
     try:
         _run_plan(plan, base_url, decode_tokens, out, endpoint, dialect, handle, timeout, progress, result,
-                  contention, contention_threshold, workers)
+                  contention, contention_threshold, workers, idle_timeout)
     finally:
         if handle is not None:
             handle.stop()

@@ -31,3 +31,12 @@ def tiny_model() -> Path:
     from perflib import server
 
     return server.ensure_test_model()
+
+
+@pytest.fixture()
+def no_leftovers():
+    """The test fails where it leaves a process alive that it started (`support.no_process_left`)."""
+    from support import no_process_left
+
+    with no_process_left():
+        yield

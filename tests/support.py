@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import signal
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -70,3 +71,96 @@ def time_limit(seconds: float) -> Iterator[None]:
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
+
+
+# ------------------------------------------------------------------------------ processes left behind
+
+
+def _proc_stat(pid: int) -> tuple[int, str, int] | None:
+    """(parent pid, state, start time) of `pid` from /proc, read here rather than through perflib so
+    that the check does not rest on the code it checks; None where it is gone."""
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except (OSError, ValueError):
+        return None
+    fields = text[text.rfind(")") + 2:].split()
+    return int(fields[1]), fields[0], int(fields[19])
+
+
+def live_descendants(root: int | None = None) -> dict[tuple[int, int], str]:
+    """{(pid, start time): command line} of every live (not zombie) descendant of `root` (default: this
+    process), by parent pid in /proc."""
+    root = os.getpid() if root is None else root
+    children: dict[int, list[int]] = {}
+    stats: dict[int, tuple[int, str, int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit() and (stat := _proc_stat(int(entry.name))) is not None:
+            stats[int(entry.name)] = stat
+            children.setdefault(stat[0], []).append(int(entry.name))
+    out: dict[tuple[int, int], str] = {}
+    todo = list(children.get(root, ()))
+    while todo:
+        pid = todo.pop()
+        todo.extend(children.get(pid, ()))
+        if stats[pid][1] in ("Z", "X"):
+            continue
+        try:
+            cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
+        except OSError:
+            cmd = "?"
+        out[(pid, stats[pid][2])] = cmd[:200]
+    return out
+
+
+def _subreaper(on: bool) -> None:
+    """Make this process the one that orphans of its descendants are reparented to (Linux
+    PR_SET_CHILD_SUBREAPER), so that a process that escaped with setsid and lost its parent is still
+    found below it."""
+    import ctypes
+
+    ctypes.CDLL(None).prctl(36, 1 if on else 0, 0, 0, 0)
+
+
+def _reap_zombies() -> None:
+    """Collect this process's zombie children that no Popen waits for (orphans reparented here)."""
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit() and (stat := _proc_stat(int(entry.name))) and stat[0] == os.getpid() \
+                and stat[1] == "Z":
+            try:
+                os.waitpid(int(entry.name), os.WNOHANG)
+            except ChildProcessError:
+                pass
+
+
+@contextmanager
+def no_process_left(grace_s: float = 10.0) -> Iterator[None]:
+    """Fail, naming them, where the block leaves a process alive that it started: a descendant of this
+    process that was not there before, or one that escaped (setsid) and was orphaned (this process is
+    made a subreaper meanwhile, so orphans come back below it). Those found are killed so that they do
+    not outlive the test run either. Waits up to `grace_s` for processes that are stopping."""
+    _subreaper(True)
+    before = set(live_descendants())
+    failed = False
+    try:
+        yield
+    except BaseException:
+        failed = True
+        raise
+    finally:
+        deadline = time.monotonic() + grace_s
+        left = {k: v for k, v in live_descendants().items() if k not in before}
+        while left and time.monotonic() < deadline:
+            time.sleep(0.1)
+            _reap_zombies()
+            left = {k: v for k, v in live_descendants().items() if k not in before}
+        for pid, _ in left:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+        time.sleep(0.05)
+        _reap_zombies()
+        _subreaper(False)
+        if left and not failed:
+            raise AssertionError("processes left alive by the test: "
+                                 + "; ".join(f"pid {pid}: {cmd}" for (pid, _), cmd in sorted(left.items())))

@@ -61,10 +61,25 @@ class MarkedSteps:
     span: tuple[int, int]  # earliest start to latest end of the ranges and their GPU spans, unclipped
 
 
+def check_pattern(step_marker: str | None, named: str = "step_marker") -> None:
+    """A `PerflibError` naming the flag or key where the step regex does not compile: said at once,
+    whether or not the trace has ranges to match it against."""
+    if not step_marker:
+        return
+    import re
+
+    try:
+        re.compile(step_marker)
+    except (re.error, RecursionError, OverflowError) as exc:
+        raise PerflibError(f"{named} {step_marker!r}: expected a step count or a regular expression (Python re) "
+                           f"for the step ranges' names; it does not compile: {exc}") from None
+
+
 def families(step_marker: str | None = None, named: str = "step_marker") -> tuple[StepFamily, ...]:
     """The families in the order tried: the named regex (if any) first, then the engines'."""
     if not step_marker:
         return ENGINE_FAMILIES
+    check_pattern(step_marker, named)
     return (StepFamily(f"{named} /{step_marker}/ ranges", step_marker), *ENGINE_FAMILIES)
 
 

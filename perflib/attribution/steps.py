@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from perflib.attribution.markers import marked_steps
+from perflib.attribution.markers import check_pattern, marked_steps
 from perflib.attribution.rhythm import steps_from_rhythm
 from perflib.attribution.windows import Window
 
@@ -65,6 +65,7 @@ def find_steps(
     if isinstance(steps, (int, np.integer)) and not isinstance(steps, bool):
         return _counted(int(steps), "given")
     named = "--steps" if isinstance(steps, str) else "profiler.step_marker"
+    check_pattern(steps if isinstance(steps, str) else step_marker, named)
     marked = marked_steps(trace, window, steps if isinstance(steps, str) else step_marker, named)
     if marked is not None:
         return StepSplit(marked.starts, marked.ends, marked.method)

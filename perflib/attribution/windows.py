@@ -7,6 +7,7 @@ every request decodes, from the request records, moved onto the same clock.
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -246,6 +247,10 @@ def empty_window_error(window: Window, dispatches: pd.DataFrame, why: str) -> Pe
     return PerflibError(f"empty {window.describe()}: {why}; {where}")
 
 
+INT64 = 2**63
+"""Nanosecond bounds live in int64: a bound beyond is an error, never an overflow."""
+
+
 def parse_window(text: str, dispatches: pd.DataFrame) -> Window:
     """`START:END` in ns on the trace's clock, or with a unit suffix (`ns`/`us`/`ms`/`s`) relative to the
     first dispatch's start (`100ms:250ms`); either side may be empty (trace start / end)."""
@@ -261,9 +266,15 @@ def parse_window(text: str, dispatches: pd.DataFrame) -> Window:
             return default
         u = re.fullmatch(r"([-+]?\d+(?:\.\d*)?(?:[eE][-+]?\d+)?)\s*(ns|us|ms|s)", part)
         if u:
-            return span.start_ns + int(round(float(u.group(1)) * units[u.group(2)]))
-        if re.fullmatch(r"[-+]?\d+", part):
-            return int(part)
-        raise PerflibError(f"--window {text!r}: {part!r} is neither integer ns nor a number with ns/us/ms/s")
+            offset = float(u.group(1)) * units[u.group(2)]
+            value = span.start_ns + round(offset) if math.isfinite(offset) and abs(offset) < INT64 else None
+        elif re.fullmatch(r"[-+]?\d{1,30}", part):
+            value = int(part)
+        else:
+            raise PerflibError(f"--window {text!r}: {part!r} is neither integer ns nor a number with ns/us/ms/s")
+        if value is None or not -INT64 <= value < INT64:
+            raise PerflibError(f"--window {text!r}: {part!r} is out of range: a bound is ns on the trace's clock, "
+                               f"within ±{INT64 / 1e9 / 86400 / 365.25:.0f} years (int64 ns)")
+        return value
 
     return Window(one(m.group(1), span.start_ns), one(m.group(2), span.end_ns), text)

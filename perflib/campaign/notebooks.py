@@ -67,6 +67,7 @@ def collect_run(campaign_file: str | Path, arm: str, backend: str, batch: int, c
     result = sweep.run_level(base_url, batch, context, campaign.decode_tokens, repeat, run.run_dir(data).parent,
                              dialect=spec.dialect, server=server, campaign=campaign.name, arm=arm, backend=backend,
                              contention=contention_threshold is not None, workers=campaign.workers,
+                             timeout=campaign.request_timeout_s, idle_timeout=campaign.idle_timeout_s,
                              contention_threshold=(load.CPU_THRESHOLD if contention_threshold is None
                                                    else contention_threshold))
     if result.status != "complete":

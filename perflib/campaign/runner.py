@@ -30,7 +30,7 @@ from perflib.campaign.notebooks import (
     import_papermill,
     without_iri_grammars,
 )
-from perflib.campaign.servers import Prepared, ServedArm, prepare
+from perflib.campaign.servers import Prepared, ServedArm, prepare, stop_orphans
 from perflib.config import ArmSpec, BackendSpec, Campaign, RunSpec
 from perflib.errors import PerflibError, interrupt_text
 
@@ -53,6 +53,13 @@ class CampaignResult:
     """(complete, all) run folders of the campaign, as the page counts them (None: no page written)."""
     steps_guessed: tuple[str, ...] = ()
     """Traced runs whose step count is the dispatch rhythm's guess (the page marks them)."""
+    orphans: tuple[str, ...] = ()
+    """Servers an earlier runner left running when it died, stopped before this run started any."""
+
+    @property
+    def nothing_done(self) -> bool:
+        """Nothing measured and nothing failed, while runs were left to measure: all held by another runner."""
+        return bool(self.claimed) and not self.done and not self.failed
 
 
 @dataclass
@@ -97,6 +104,7 @@ def run_campaign(campaign: Campaign, data_dir: Path | None = None, reports_dir: 
     without_iri_grammars()
     _check_notebook_extras()
     data = Path(data_dir or campaign.data_dir)
+    orphans = stop_orphans(campaign, data, log=_say)  # servers a runner killed with -9 left behind
     runs = [r for r in campaign.expand(only) if not campaign.backend(r.backend).trace_only]  # nothing to serve
     todo = [r for r in runs if not rundir.is_complete(r.run_dir(data))]
     skipped = [r.label for r in runs if r not in todo]
@@ -108,11 +116,7 @@ def run_campaign(campaign: Campaign, data_dir: Path | None = None, reports_dir: 
     prepared = _prepare_all(campaign, groups, progress)  # builds take minutes: before the bar
     state = _Progress(tqdm(total=len(todo), desc=f"campaign {campaign.name}", unit="run", file=sys.stderr,
                            disable=not progress))
-    for run in runs:  # complete runs whose trace was never attributed: profile them (no server needed)
-        if run not in todo and _traced(campaign, run) and _needs_profile(run.run_dir(data)):
-            error = _profile(campaign, run, data, kernel, notebooks)
-            if error:
-                state.failed.append((run.label, error))
+    _finish_complete(campaign, data, [r for r in runs if r not in todo], kernel, notebooks, state)
     gpu = GpuGuard(idle_s=guard_idle_s, log=log) if guard else None
     ctrl_c = CtrlC()
     how = _How(kernel, notebooks, gpu, max_attempts, contention_threshold, ctrl_c)
@@ -130,7 +134,8 @@ def run_campaign(campaign: Campaign, data_dir: Path | None = None, reports_dir: 
                     continue
                 with claims.claim(rundir.backend_dir(data, campaign.name, arm_name, backend_name)) as held:
                     if isinstance(held, str):
-                        log(f"{arm_name}/{backend_name}: claimed by another runner ({held}); skipped")
+                        _say(f"{arm_name}/{backend_name}: skipped, {len(group)} runs: claimed by another runner "
+                             f"({held})")
                         state.claimed.append((f"{arm_name}/{backend_name}", held))
                         state.bar.update(len(group))
                         continue
@@ -149,7 +154,7 @@ def run_campaign(campaign: Campaign, data_dir: Path | None = None, reports_dir: 
         page = report.write_report(campaign, data_dir=data, reports_dir=reports_dir, tables=tables)
     failed, partial = _failed_and_partial(campaign, data, state.failed, tables)
     return CampaignResult(tuple(state.done), tuple(skipped), failed, tuple(state.contended), page,
-                          tuple(state.claimed), partial, _on_disk(tables), _guessed(tables))
+                          tuple(state.claimed), partial, _on_disk(tables), _guessed(tables), tuple(orphans))
 
 
 def _failed_and_partial(campaign: Campaign, data: Path, failures: list[tuple[str, str]],
@@ -190,6 +195,29 @@ def _guessed(tables: Any) -> tuple[str, ...]:
     guessed = frame[frame["steps_guessed"].map(lambda v: str(v).lower() in ("true", "1"))]
     return tuple(f"{r.arm}/{r.backend}/b{int(r.batch)}_c{int(r.context)}_r{int(r.repeat)}"
                  for r in guessed.itertuples(index=False))
+
+
+def _say(message: str) -> None:
+    """A line on stderr whatever the progress setting: what the user must know (a group skipped, an
+    orphaned server stopped)."""
+    from tqdm import tqdm
+
+    tqdm.write(f"perflib: {message}", file=sys.stderr)
+
+
+def _finish_complete(campaign: Campaign, data: Path, complete: list[RunSpec], kernel: str, notebooks: Path,
+                     state: _Progress) -> None:
+    """What complete runs still lack, with no server: the cut of a capture that a stopped runner left
+    half-done (`perflib.campaign.captures.recut_pending`), then the profile of a trace never attributed."""
+    if any(campaign.profiler(r.arm, r.backend).kind in ("rocprofv3", "cupti", "nsys") for r in complete):
+        from perflib.campaign.captures import recut_pending
+
+        state.failed.extend(recut_pending(campaign, data, log=_say))
+    for run in complete:
+        if _traced(campaign, run) and _needs_profile(run.run_dir(data)):
+            error = _profile(campaign, run, data, kernel, notebooks)
+            if error:
+                state.failed.append((run.label, error))
 
 
 def _logger(progress: bool) -> Any:

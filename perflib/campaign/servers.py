@@ -9,12 +9,17 @@ server is alive and starts it again where it died, toggles a PyTorch profiler ar
 moves its file into the run folder, and stops the server at the end or on Ctrl-C. Each start is a
 `Segment`: the runs measured while it lived and its capture, which `perflib.campaign.captures` cuts
 into those runs once the server has stopped and flushed it.
+
+No server outlives its runner: each start records the runner and every process of the server by pid
+and start time (`perflib.server.lifetime`), and `stop_orphans`, run first by the next `campaign run`
+on the same host, stops a server whose runner died (`kill -9`, a lost node) and that still runs.
 """
 
 from __future__ import annotations
 
 import os
 import shutil
+import signal
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,9 +28,9 @@ from typing import Any
 from perflib import rundir, server
 from perflib.config import ArmSpec, BackendSpec, Campaign, RunSpec, ServerSpec
 from perflib.errors import PerflibError, interrupt_text
-from perflib.server import losses
+from perflib.server import lifetime, losses
 from perflib.server.presets import PRESETS, Preset, render
-from perflib.server.process import Launch, ServerHandle
+from perflib.server.process import Launch, ServerHandle, exit_text, log_cause
 from perflib.server.profilers import Capture, files_under, new_files, toggle_torch_profile
 
 SERVER_RECORD = rundir.SERVER_RECORD
@@ -123,11 +128,15 @@ def plan_launch(campaign: Campaign, arm: ArmSpec, backend: BackendSpec, prepared
     env = {k: render([v], values)[0] for k, v in {**spec.env, **backend.env, **arm.env}.items()}
     capture = None
     stdout = None
+    program_key = "server.binary"
     if profiler.kind not in ("none", "kineto"):
         capture = Capture(profiler.kind, capture_dir, binary=profiler.binary, args=profiler.args,
                           library=prepared.library,
                           torch_env=profiler.env_var or (preset.torch_profiler_env if preset else None))
+        server_program = argv[0] if argv else None
         argv, env, stdout = capture.wrap(argv, env)
+        if argv and argv[0] != server_program:  # a profiler that wraps the server runs first
+            program_key = "profiler.binary"
     shutdown = spec.shutdown
     version = render(list(preset.version), values) if preset and prepared.binary else ()
     launch = Launch(argv, f"http://127.0.0.1:{port}", arm_dir / rundir.SERVER_LOG,
@@ -135,7 +144,8 @@ def plan_launch(campaign: Campaign, arm: ArmSpec, backend: BackendSpec, prepared
                     ready_timeout_s=spec.ready_timeout_s or (preset.ready_timeout_s if preset else 120.0),
                     stop_signal=shutdown.signal if shutdown else (preset.stop_signal if preset else "SIGTERM"),
                     grace_s=shutdown.grace_s if shutdown else (preset.grace_s if preset else 10.0),
-                    kind=spec.preset or "command", model=prepared.model, version_argv=tuple(version))
+                    kind=spec.preset or "command", model=prepared.model, version_argv=tuple(version),
+                    program_key=program_key)
     return launch, capture
 
 
@@ -165,7 +175,7 @@ class ServedArm:
         self.external = (arm.url or backend.url or "").rstrip("/") or None
         self.segments: list[Segment] = []
         self.profiler = campaign.profiler(arm.name, backend.name)
-        self.history = _earlier_starts(self.arm_dir / SERVER_RECORD)
+        self.history = earlier_starts(self.arm_dir / SERVER_RECORD)
         """Starts recorded by earlier invocations: kept in server.json, their capture folders left alone."""
 
     # ------------------------------------------------------------------------------ start and stop
@@ -194,7 +204,8 @@ class ServedArm:
         number = len(self.history) + len(self.segments) + 1
         launch, capture = plan_launch(self.campaign, self.arm, self.backend, self.prepared, self.arm_dir, number)
         segment = Segment(number, launch, capture)
-        segment.record = {"segment": segment.number, "host": host_name(), "argv": list(launch.argv),
+        segment.record = {"segment": segment.number, "host": host_name(), "runner": lifetime.own_identity(),
+                          "stop_signal": launch.stop_signal, "grace_s": launch.grace_s, "argv": list(launch.argv),
                           "env_added": dict(launch.env), "base_url": launch.base_url, "health": launch.health_url,
                           "capture": str(capture.directory) if capture else None,
                           "log_offset": _size(launch.log_path), "started_at": time.time(), "runs": []}
@@ -206,7 +217,7 @@ class ServedArm:
             self._write_record()
             raise
         segment.record.update(pid=segment.handle.process.pid, identity=segment.handle.identity(),
-                              ready_at=time.time())
+                              ready_at=time.time(), processes=self._processes(segment.handle))
         self._write_record()
         self.log(f"started {launch.kind} for {self.arm.name}/{self.backend.name} at {launch.base_url} "
                  f"(pid {segment.handle.process.pid}; log {launch.log_path})")
@@ -216,12 +227,14 @@ class ServedArm:
                                        and self.current.handle.alive())
 
     def died(self) -> str | None:
-        """Why the current server is gone (its exit code and log tail), or None while it lives."""
+        """Why the current server is gone (its exit code or signal, its log's last meaningful lines), or
+        None while it lives."""
         if self.alive() or self.current is None or self.current.handle is None:
             return None
         handle = self.current.handle
-        tail = " | ".join(handle.log_tail(600).strip().splitlines()[-3:])
-        return f"server exited with code {handle.process.returncode} (log {handle.log_path}: {tail})"
+        code = handle.process.returncode
+        how = f"exited with code {code}" if code is not None and code >= 0 else exit_text(code)
+        return f"server {how} (log {handle.log_path}: {log_cause(handle.log_path)})"
 
     def ensure_running(self) -> None:
         """Start the server where it is not running, or start it again where it died."""
@@ -234,12 +247,20 @@ class ServedArm:
         self.start()
 
     def stop(self, why: str = "stopped") -> None:
-        """Stop the server (signal, grace, SIGKILL) and record how it ended."""
+        """Stop the server (signal, grace, SIGKILL) and record how it ended: a server that had died
+        already is recorded as died, with its exit code or signal, whatever stops it now."""
         segment = self.current
         if self.external or segment is None or segment.handle is None or "ended" in segment.record:
             return
+        if not segment.handle.alive():
+            segment.handle.stop()  # what it left behind (an escaped child) goes too
+            self._end_segment("died", self.died())
+            return
         code = segment.handle.stop()
-        segment.record.update(ended_at=time.time(), ended=why, exit_code=code)
+        segment.record.update(ended_at=time.time(), ended=why, exit_code=code, exit=exit_text(code))
+        if segment.handle.forced:  # a profiler still flushing its capture when the grace period ran out
+            segment.record["killed"] = (f"SIGKILL after the {segment.launch.grace_s:g} s grace period "
+                                        "(shutdown.grace_s)")
         self._record_losses(segment)
         self._write_record()
 
@@ -247,9 +268,15 @@ class ServedArm:
         segment = self.current
         if segment is not None and "ended" not in segment.record:
             code = segment.handle.process.returncode if segment.handle else None
-            segment.record.update(ended_at=time.time(), ended=how, exit_code=code, error=why)
+            segment.record.update(ended_at=time.time(), ended=how, exit_code=code, exit=exit_text(code), error=why)
             self._record_losses(segment)
             self._write_record()
+
+    @staticmethod
+    def _processes(handle: ServerHandle) -> list[dict[str, Any]]:
+        """Every process of the server seen so far, by pid and start time: what the next run stops
+        where this runner dies and leaves them (`stop_orphans`)."""
+        return [ident.as_record() for ident in handle.track()]
 
     def _record_losses(self, segment: Segment) -> None:
         """For a profiled start that has ended: the loss lines of its profiler in its part of the server
@@ -300,6 +327,8 @@ class ServedArm:
         if segment is not None:
             segment.runs.append(run)
             segment.record["runs"].append(run.label)
+            if segment.handle is not None:
+                segment.record["processes"] = self._processes(segment.handle)
             self._write_record()
         if self.profiler.kind != "torch" or segment is None or segment.capture is None:
             return set()
@@ -343,7 +372,72 @@ def _size(path: Path) -> int:
         return 0
 
 
-def _earlier_starts(path: Path) -> list[dict[str, Any]]:
+ORPHANED = "orphaned: its runner died; stopped by the next campaign run"
+"""How `server.json` records a server that outlived its runner and was stopped by the next run."""
+
+
+def stop_orphans(campaign: Campaign, data: Path, log: Any = None, grace_s: float | None = None) -> list[str]:
+    """Stop the servers that an earlier runner of this campaign started on this host and left running
+    when it died (`kill -9`, an out-of-memory kill): each start in an `<arm_dir>/server.json` that has
+    not ended, whose runner is gone and whose processes still run, the same processes by pid *and*
+    start time (a reused pid is never signalled). A server whose runner still runs (a second runner on
+    this host) is left alone. Returns one line per server stopped; `server.json` records it."""
+    say = log or (lambda message: None)
+    stopped: list[str] = []
+    for arm in campaign.arms:
+        for backend in campaign.backends:
+            arm_dir = rundir.backend_dir(data, campaign.name, arm.name, backend.name)
+            path = arm_dir / SERVER_RECORD
+            if not path.is_file():
+                continue
+            starts = earlier_starts(path)
+            before = repr(starts)
+            for start in starts:
+                line = _stop_orphan(start, arm_dir, grace_s)
+                if line:
+                    stopped.append(line)
+                    say(line)
+            if repr(starts) != before:
+                record = _read_record(path)
+                record["starts"] = starts
+                rundir.write_json_atomic(path, record)
+    return stopped
+
+
+def _stop_orphan(start: dict[str, Any], arm_dir: Path, grace_s: float | None) -> str | None:
+    """Stop one recorded start whose runner died and whose processes still run; its line, or None."""
+    if "ended" in start or start.get("host") != host_name():
+        return None
+    runner = lifetime.Identity.from_record(start.get("runner"))
+    if runner is None or runner.alive():  # an older record, or a runner that still runs: not an orphan
+        return None
+    processes = [p for p in (lifetime.Identity.from_record(r) for r in start.get("processes") or []) if p]
+    alive = [p for p in processes if p.alive()]
+    if not alive:
+        start.update(ended="died with its runner", ended_at=time.time())
+        return None
+    shutdown = start.get("stop_signal") if start.get("stop_signal") in ("SIGINT", "SIGTERM") else "SIGTERM"
+    grace = grace_s if grace_s is not None else float(start.get("grace_s") or 10.0)
+    killed = lifetime.stop(alive, getattr(signal, shutdown), grace)
+    pids = ", ".join(str(p.pid) for p in alive)
+    start.update(ended=ORPHANED, ended_at=time.time(), orphan_pids=[p.pid for p in alive],
+                 orphan_killed=[p.pid for p in killed])
+    return (f"{arm_dir}: stopped a server left running by a runner that died (pid {runner.pid}, host "
+            f"{start.get('host')}): process{'es' if len(alive) > 1 else ''} {pids} of start {start.get('segment')}"
+            + (f", {len(killed)} of them with SIGKILL after {grace:g} s" if killed else ""))
+
+
+def _read_record(path: Path) -> dict[str, Any]:
+    import json
+
+    try:
+        record = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    return record if isinstance(record, dict) else {}
+
+
+def earlier_starts(path: Path) -> list[dict[str, Any]]:
     """The `starts` of an existing server.json (an earlier invocation of the campaign), else none."""
     import json
 

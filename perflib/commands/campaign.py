@@ -26,7 +26,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         p.add_argument("--reports", help="folder for the results page (default: the campaign's reports_dir)")
         p.add_argument("--json", action="store_true", help="print one JSON object instead of text")
 
-    run_p = sub.add_parser("run", help="measure every incomplete run, then derive and write the page")
+    run_p = sub.add_parser(
+        "run", help="measure every incomplete run, then derive and write the page",
+        description=(
+            "Measures every incomplete run of the campaign, one server per (arm, backend), then derives the\n"
+            "tables and writes the page. An (arm, backend) another runner holds (its .claim.json) is skipped\n"
+            "and said so; a server an earlier runner left running when it died (kill -9) is stopped first\n"
+            "and said so. On Linux a server also gets its stop signal when the runner dies, kill -9 included."),
+        epilog=EXIT_CODES, formatter_class=argparse.RawDescriptionHelpFormatter)
     common(run_p)
     run_p.add_argument("--guard", action="store_true",
                        help="GPU guard: wait for an idle GPU, watch it at 1 Hz, redo contended runs (up to 5 "
@@ -54,6 +61,19 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     check_p.add_argument("file")
     check_p.add_argument("--json", action="store_true")
     check_p.set_defaults(func=validate)
+
+
+NOTHING_DONE_EXIT = 3
+"""`campaign run`'s exit status where it measured nothing because another runner holds every (arm,
+backend) left to measure."""
+
+EXIT_CODES = f"""exit status:
+  0    every run measured or already complete (an (arm, backend) another runner holds is listed)
+  1    at least one run failed (each is listed with why; what it measured is kept)
+  2    the campaign file or an argument is wrong (one `perflib: error:` line)
+  {NOTHING_DONE_EXIT}    nothing done: every (arm, backend) left to measure is held by another runner
+  75   only the GPU guard's contention kept runs from being measured (--guard)
+  130  interrupted (Ctrl-C); 143: terminated (SIGTERM). The run in progress is kept incomplete"""
 
 
 CPU_THRESHOLD = 0.25
@@ -137,11 +157,13 @@ def run(args: argparse.Namespace) -> int:
                           "partial": [{"run": r, "why": w} for r, w in result.partial],
                           "runs_complete": on_disk[0] if on_disk else None, "runs_total": on_disk[1] if on_disk else None,
                           "steps_guessed": list(result.steps_guessed),
+                          "claimed": [{"group": g, "holder": h} for g, h in result.claimed],
+                          "orphans_stopped": list(result.orphans), "nothing_done": result.nothing_done,
                           "contended": list(result.contended), "page": str(result.page) if result.page else None}))
     else:
         print(f"campaign {campaign.name}: {len(result.done)} runs measured, {len(result.skipped)} skipped "
               f"(complete), {len(result.failed)} failed, {len(result.partial)} partial (complete, trace lost or "
-              "cut short)")
+              "cut short)" + (f", {len(result.claimed)} (arm, backend) held by another runner" if result.claimed else ""))
         for label, error in result.failed:
             print(f"  FAILED {label}: {error}", file=sys.stderr)
         for label, why in result.partial:
@@ -153,9 +175,15 @@ def run(args: argparse.Namespace) -> int:
             print(f"on disk: {on_disk[0]} complete of {on_disk[1]} runs")
         if result.page:
             print(f"page: {result.page}")
+    for group, who in result.claimed:
+        print(f"perflib: {group} not measured here: another runner holds it ({who})", file=sys.stderr)
     if result.failed or result.partial:
         contended_only = not result.partial and all(e.startswith("contended on all") for _, e in result.failed)
         return GUARD_EXIT if contended_only else 1
+    if result.nothing_done:
+        print(f"perflib: nothing done: every (arm, backend) left to measure is held by another runner "
+              f"(exit {NOTHING_DONE_EXIT})", file=sys.stderr)
+        return NOTHING_DONE_EXIT
     return 0
 
 

@@ -33,7 +33,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description=(
             "Starts llama-server with --parallel N --ctx-size <N x (context + decode tokens + 64)> "
             "--metrics on 127.0.0.1, waits for /health, prints the base URL and keeps the log. "
-            "Runs until Ctrl-C."
+            "Runs until Ctrl-C, SIGINT or SIGTERM (also in the background, where a shell starts it with "
+            "SIGINT ignored), which stop the server; a kill -9 of this command stops it too (Linux)."
         ),
     )
     start.add_argument("--parallel", type=int_arg(1), default=4, help="slots, i.e. the largest batch (default 4)")
@@ -150,22 +151,38 @@ def _model(args: argparse.Namespace) -> int:
 
 
 def _start(args: argparse.Namespace) -> int:
+    import signal
+    import sys
     import time
     from pathlib import Path
 
     from perflib import server
+    from perflib.errors import Terminated
 
-    model = Path(args.model_path) if args.model_path else server.ensure_test_model(**_shape(args))
-    ctx = args.ctx_size or server.ctx_size_for(args.parallel, args.context, args.decode_tokens)
-    handle = server.start_llama_server(model, parallel=args.parallel, ctx_size=ctx, log_path=Path(args.log),
-                                       threads=args.threads, metrics=not args.no_metrics, port=args.port)
-    print(f"llama-server ready at {handle.base_url}  (--parallel {args.parallel} --ctx-size {ctx}; log {args.log})",
-          flush=True)
+    def stop_on(signum: int, _frame: object) -> None:
+        raise Terminated() if signum == signal.SIGTERM else KeyboardInterrupt()
+
+    # both, even where SIGINT came ignored (a background job of a script): either stops the server
+    previous = {sig: signal.signal(sig, stop_on) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
-        while handle.alive():
-            time.sleep(0.5)
-        print(f"llama-server exited with code {handle.process.returncode}; see {args.log}")
+        model = Path(args.model_path) if args.model_path else server.ensure_test_model(**_shape(args))
+        ctx = args.ctx_size or server.ctx_size_for(args.parallel, args.context, args.decode_tokens)
+        handle = server.start_llama_server(model, parallel=args.parallel, ctx_size=ctx, log_path=Path(args.log),
+                                           threads=args.threads, metrics=not args.no_metrics, port=args.port)
+        print(f"llama-server ready at {handle.base_url}  (--parallel {args.parallel} --ctx-size {ctx}; log "
+              f"{args.log}; pid {handle.process.pid})", flush=True)
+        try:
+            while handle.alive():
+                time.sleep(0.5)
+        except KeyboardInterrupt as exc:
+            handle.stop()
+            what = "SIGTERM" if isinstance(exc, Terminated) else "Ctrl-C (SIGINT)"
+            print(f"perflib: {what}: llama-server stopped ({server.exit_text(handle.process.returncode)})",
+                  file=sys.stderr)
+            return 0
+        print(f"llama-server {server.exit_text(handle.process.returncode)}: {server.log_cause(Path(args.log))} "
+              f"(log {args.log})")
         return 1
-    except KeyboardInterrupt:
-        handle.stop()
-        return 0
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)

@@ -58,7 +58,7 @@ COUNTER_KEYS = frozenset({"decode_step_ms", "occupancy", "prefill_chunks"})
 
 def _cell(row: Mapping[str, Any], key: str, fmt: str) -> str:
     if key in COUNTER_KEYS and row.get("counters") != "ok":
-        return "n/a (no /metrics)"
+        return f"n/a ({row.get('counters') or 'no /metrics'})"  # no /metrics, or counters reset, NaN, impossible
     if key == "prefill_chunks" and row.get("prefill_chunks_absent") and row.get(key) is None:
         return "absent"
     value = row.get(key)
@@ -132,8 +132,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="/metrics dialect for perflib.metrics (default auto: from the names present)")
     parser.add_argument("--model", help="GGUF for --start-server (default: the project's random-weight test model)")
     parser.add_argument("--threads", type=int_arg(1), help="llama-server --threads for --start-server")
-    parser.add_argument("--timeout", type=float_arg(0, above=True), default=600.0,
-                        help="per-request timeout in s, the whole request (default 600)")
+    parser.add_argument("--request-timeout", "--timeout", dest="timeout", type=float_arg(0, above=True),
+                        default=None, metavar="S",
+                        help="seconds one request may take, from its send to its last byte (default 300 + 1 per "
+                             "decode token); a request past it fails, naming it, and its level is incomplete")
+    parser.add_argument("--idle-timeout", type=float_arg(0, above=True), default=60.0, metavar="S",
+                        help="seconds without a byte from the server once a stream has begun (default 60): a "
+                             "server that stalls mid-stream fails the request, naming it, instead of holding the "
+                             "level; the wait for the first token (queue, prefill) is bounded by --request-timeout")
     parser.add_argument("--workers", type=int_arg(1), default=1,
                         help="processes to send each level's requests from (default 1); for servers that "
                              "stream faster than one client process reads; records still go to one file")
@@ -165,7 +171,7 @@ def run(args: argparse.Namespace) -> int:
     result = sweep.sweep(
         args.base_url, args.batch, args.context, args.decode_tokens, args.repeats, args.out,
         endpoint=args.endpoint, dialect=args.dialect, start_server=args.start_server, model=args.model,
-        threads=args.threads, progress=True, timeout=args.timeout,
+        threads=args.threads, progress=True, timeout=args.timeout, idle_timeout=args.idle_timeout,
         contention=not args.no_contention, contention_threshold=args.contention_threshold, workers=args.workers,
     )
     incomplete = [str(r.run_dir) for r in result.results if r.status == "incomplete"]

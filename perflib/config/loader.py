@@ -16,7 +16,7 @@ from typing import Any
 from perflib.config.declare import Context, Lines, build
 from perflib.config.model import MAX_RUNS, Campaign, CandidateSpec, Playbook, Source
 from perflib.errors import InputError, PerflibError
-from perflib.server.presets import PLACEHOLDERS, PRESETS, placeholders_in
+from perflib.server.presets import PLACEHOLDERS, PRESETS, placeholder_problems, placeholders_in
 
 PLAYBOOKS = Path(__file__).resolve().parents[1] / "data" / "playbooks"
 
@@ -95,7 +95,30 @@ def _parse_yaml(path: Path) -> tuple[Any, Lines]:
     finally:
         if loader is not None:
             loader.dispose()
-    return doc, Lines(text, node)
+    lines = Lines(text, node)
+    where = _with_nul(doc)
+    if where is not None:  # a "\0" escape: an argument, environment value or path would end there
+        raise InputError(path, lines.where(where[0]), "text without a NUL byte (no key holds one: an argument, "
+                         "an environment value or a path ends at it)", repr(where[1]))
+    return doc, lines
+
+
+def _with_nul(doc: Any) -> tuple[str, str] | None:
+    """(key path, text) of the first key or string value of the document that holds a NUL byte."""
+    stack: list[tuple[Any, str]] = [(doc, "")]
+    while stack:
+        value, at = stack.pop()
+        if isinstance(value, str) and "\0" in value:
+            return at or "<top>", value
+        if isinstance(value, dict):
+            for k, v in value.items():
+                sub = f"{at}.{k}" if at else str(k)
+                if isinstance(k, str) and "\0" in k:
+                    return at or "<top>", k
+                stack.append((v, sub))
+        elif isinstance(value, list):
+            stack.extend((v, f"{at}[{i}]") for i, v in enumerate(value))
+    return None
 
 
 def playbook_path(name: str) -> Path:
@@ -165,7 +188,11 @@ def _check_servers(campaign: Campaign, path: Path, lines: Lines) -> None:
                                  f"a 'preset' ({', '.join(PRESETS)}) or a 'command' template", "neither")
             for name in ("command", "args", "env"):
                 _check_placeholders(getattr(spec, name), path, lines, f"backends[{i}].server.{name}")
-        _check_placeholders(backend.extra_args, path, lines, f"backends[{i}].extra_args")
+            if spec.binary is not None:
+                _check_placeholders([spec.binary], path, lines, f"backends[{i}].server.binary", placeholders=False)
+        for name in ("extra_args", "env"):
+            _check_placeholders(getattr(backend, name), path, lines, f"backends[{i}].{name}")
+        _check_placeholders(backend.profiler.args, path, lines, f"backends[{i}].profiler.args", placeholders=False)
     names = [b.name for b in campaign.backends]
     if len(set(names)) != len(names):
         raise InputError(path, lines.where("backends"), "unique backend names", repr(names))
@@ -181,6 +208,8 @@ def _check_servers(campaign: Campaign, path: Path, lines: Lines) -> None:
                              repr(arm.against))
         for name in ("extra_args", "env"):
             _check_placeholders(getattr(arm, name), path, lines, f"arms[{i}].{name}")
+        if arm.profiler is not None:
+            _check_placeholders(arm.profiler.args, path, lines, f"arms[{i}].profiler.args", placeholders=False)
 
 
 def _check_of(arm: Any, i: int, compared: list[str], campaign: Campaign, path: Path, lines: Lines) -> None:
@@ -203,14 +232,35 @@ def _check_of(arm: Any, i: int, compared: list[str], campaign: Campaign, path: P
                          "arm's configuration, not another traced arm's)")
 
 
-def _check_placeholders(values: Any, path: Path, lines: Lines, where: str) -> None:
-    """Every `{name}` in a command's parts (or an environment's values) is a known placeholder."""
-    parts = list(values.values()) if isinstance(values, dict) else list(values)
-    try:
-        unknown = sorted(placeholders_in(parts) - set(PLACEHOLDERS))
-    except ValueError as exc:  # a lone brace
-        raise InputError(path, lines.where(where), "text whose braces are placeholders like {port} "
-                         "(a literal brace is written {{ or }})", str(exc)) from None
+def _check_placeholders(values: Any, path: Path, lines: Lines, where: str, placeholders: bool = True) -> None:
+    """What becomes a command's argument or an environment variable can be one: no NUL byte (a C string
+    ends there), an environment name that is not empty and holds no `=`; and every `{name}` is a known
+    placeholder with no format spec, conversion or attribute (`{port:99999999999}` would pad to
+    gigabytes). Found at load time with the line, not as a ValueError from `subprocess` later."""
+    is_env = isinstance(values, dict)
+    parts = list(values.values()) if is_env else list(values)
+    for name in values if is_env else ():
+        if not name or "=" in name or "\0" in name:
+            raise InputError(path, lines.where(f"{where}.{name}" if name else where),
+                             "an environment variable name: not empty, without '=' or a NUL byte", repr(name))
+    for part in parts:
+        if "\0" in part:
+            raise InputError(path, lines.where(where), "text without a NUL byte (an argument or an environment "
+                             "value ends at one)", repr(part))
+    if not placeholders:
+        return
+    for part in parts:
+        try:
+            placeholders_in([part])
+        except ValueError as exc:  # a lone brace
+            what = "an environment value" if is_env else "text"
+            raise InputError(path, lines.where(where), f"{what} whose braces are placeholders like {{arm_dir}}: "
+                             "a literal { is written {{ and a literal } is written }}", f"{part!r} ({exc})") from None
+    odd = sorted({b for part in parts for b in placeholder_problems(part)})
+    unknown = sorted(placeholders_in(parts) - set(PLACEHOLDERS))
+    if odd:
+        raise InputError(path, lines.where(where), "placeholders that are bare names like {port} (no format spec, "
+                         "conversion or attribute; a literal brace is written {{ or }})", ", ".join(odd))
     if unknown:
         raise InputError(path, lines.where(where), f"placeholders among {', '.join(sorted(PLACEHOLDERS))}",
                          f"unknown {', '.join('{' + u + '}' for u in unknown)}")

@@ -341,6 +341,12 @@ class Campaign:
     workers: int = field(default=1, metadata=key(check=positive))
     """Processes each level's requests are sent from (`perflib.load.workers`): more than one for
     servers that stream faster than one client process reads."""
+    request_timeout_s: float | None = field(default=None, metadata=key(check=above_zero))
+    """Seconds one request may take, from its send to its last byte (default 300 + 1 per decode token,
+    `perflib.load.request_timeout_for`); a request past it fails and its run is incomplete, saying so."""
+    idle_timeout_s: float = field(default=60.0, metadata=key(check=above_zero))
+    """Seconds without a byte from the server once a stream has begun: a server that stalls mid-stream
+    fails the request (its run incomplete, saying so) and the campaign goes on to the next run."""
     arms: tuple[ArmSpec, ...] = field(default=(ArmSpec("default"),), metadata=key(resolve=_default_arms))
     gate: tuple[GateSpec, ...] = field(default=(), metadata=key(one_or_many=True))
     candidates: tuple[CandidateSpec, ...] = ()

@@ -34,17 +34,19 @@ from perflib.load.prompts import (
 )
 from perflib.load.sse import MAX_LINE_BYTES, SSEError, SSESplitter
 from perflib.load.stream import (
+    DEFAULT_IDLE_TIMEOUT_S,
     DEFAULT_TIMEOUT_S,
     ENDPOINTS,
     RequestRecord,
     decode_tok_s,
+    request_timeout_for,
     stream_request,
 )
 
 __all__ = [
     "CPU_THRESHOLD", "Contention", "ContentionSampler", "listening_pids", "wait_quiet",
-    "DEFAULT_TIMEOUT_S", "ENDPOINTS", "GAUGE_INTERVAL_S", "LevelOutcome", "LevelSink", "MemorySink", "Prompt",
+    "DEFAULT_IDLE_TIMEOUT_S", "DEFAULT_TIMEOUT_S", "ENDPOINTS", "GAUGE_INTERVAL_S", "LevelOutcome", "LevelSink", "MemorySink", "Prompt",
     "MAX_LINE_BYTES", "RequestRecord", "SSEError", "SSESplitter", "ServerUnreachable", "TokenCounter", "decode_tok_s", "event_loop_name", "http_client",
     "fit_prompt", "json_object", "make_prompts", "prompt_tolerance", "run_async", "run_level_async", "run_sync",
-    "server_identity", "server_kind", "stream_request",
+    "request_timeout_for", "server_identity", "server_kind", "stream_request",
 ]

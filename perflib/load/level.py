@@ -22,7 +22,13 @@ from perflib.clocks import monotonic_ns, now_clocks
 from perflib.errors import PerflibError
 from perflib.load import tls
 from perflib.load.prompts import Prompt, ServerUnreachable, make_prompts
-from perflib.load.stream import DEFAULT_TIMEOUT_S, ENDPOINTS, RequestRecord, stream_request
+from perflib.load.stream import (
+    DEFAULT_IDLE_TIMEOUT_S,
+    DEFAULT_TIMEOUT_S,
+    ENDPOINTS,
+    RequestRecord,
+    stream_request,
+)
 from perflib.rundir import run_name
 
 GAUGE_INTERVAL_S = 0.5
@@ -151,6 +157,8 @@ class LevelSpec:
     scrape_metrics: bool = True
     workers: int = 1
     """Processes the requests are sent from (`perflib.load.workers`); 1: this process."""
+    idle_timeout: float | None = DEFAULT_IDLE_TIMEOUT_S
+    """Seconds without a byte once a stream has begun before its request fails (None: no limit)."""
 
     @property
     def name(self) -> str:
@@ -175,6 +183,7 @@ async def run_level_async(
     scrape_metrics: bool = True,
     on_started: Callable[[], None] | None = None,
     workers: int = 1,
+    idle_timeout: float | None = DEFAULT_IDLE_TIMEOUT_S,
 ) -> LevelOutcome:
     """Measure one level: prompts, warm-up, `/metrics` before, N requests at once with gauges
     sampled, `/metrics` after the last request finished. Never raises for a fault of the server:
@@ -186,13 +195,17 @@ async def run_level_async(
     `workers` > 1 sends the requests from that many worker processes (`perflib.load.workers`,
     round-robin), for servers that stream faster than one client process reads; everything
     else (prompts, warm-up, scrapes, gauges, clocks, the sink) stays in this process.
+
+    `timeout` bounds each request from its send to its last byte, `idle_timeout` the time without a
+    byte once its stream has begun (`perflib.load.stream.stream_request`): a stalled server fails the
+    level's requests with the timeout named, and the level ends instead of waiting.
     """
     if workers < 1:
         raise PerflibError(f"workers must be at least 1, not {workers}")
     if endpoint not in ENDPOINTS:
         raise PerflibError(f"endpoint must be one of {', '.join(ENDPOINTS)}, not {endpoint!r}")
     spec = LevelSpec(base_url, batch, context, decode_tokens, repeat, endpoint, model, dialect, ignore_eos,
-                     extra_body, timeout, gauge_interval, scrape_metrics, workers)
+                     extra_body, timeout, gauge_interval, scrape_metrics, workers, idle_timeout)
     outcome = LevelOutcome(records=[], prompt_tokens={"target": context, "measured": [], "method": None},
                            clocks={"start": None, "end": None},
                            metrics={"available": None, "dialect": dialect, "error": None,
@@ -228,7 +241,8 @@ class _Level:
     def _common(self) -> dict[str, Any]:
         s = self.spec
         return dict(endpoint=s.endpoint, model=s.model, ignore_eos=s.ignore_eos, extra_body=s.extra_body,
-                    batch=s.batch, context=s.context, repeat=s.repeat, timeout=s.timeout)
+                    batch=s.batch, context=s.context, repeat=s.repeat, timeout=s.timeout,
+                    idle_timeout=s.idle_timeout)
 
     async def prompts(self) -> list[Prompt] | None:
         """Prompts distinct per request, repeat and run, sized with the server; None when unreachable."""
@@ -348,6 +362,13 @@ async def _scrape_or_note(base_url: str, client: httpx.Client, which: str, info:
     try:
         snap = await _scrape(base_url, client)
     except metrics.MetricsUnavailable as exc:
+        if which == "after" and info.get("available"):  # it answered before the level: not a missing flag
+            info["available"] = False
+            info["error"] = f"/metrics stopped answering during the level: {exc}"
+            errors.append(f"level {level}: counters unavailable: {base_url}/metrics answered at the first scrape, "
+                          f"before the level, but not after it: {exc} (did the server restart or turn its metrics "
+                          "off mid-run?)")
+            return None
         info["available"] = False
         info["error"] = f"/metrics unavailable ({which} the level): {exc}"
         errors.append(f"level {level}: counters unavailable: {base_url}/metrics: {exc} "

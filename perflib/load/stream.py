@@ -51,7 +51,34 @@ ENDPOINTS = {"completions": "/v1/completions", "chat": "/v1/chat/completions"}
 """`--endpoint` value → path."""
 
 DEFAULT_TIMEOUT_S = 600.0
-"""Per-request timeout, the whole request (mlxcel's harness default)."""
+"""Per-request timeout, the whole request, where no decode length sets it (mlxcel's harness default)."""
+
+REQUEST_TIMEOUT_BASE_S = 300.0
+"""The default request timeout (`request_timeout_for`): this for the queue and the prefill..."""
+
+REQUEST_TIMEOUT_PER_TOKEN_S = 1.0
+"""...and this per decode token, ten times the slowest decode step perflib has measured."""
+
+DEFAULT_IDLE_TIMEOUT_S = 60.0
+"""The longest time without a byte once a stream has begun (its first SSE event), where no key sets it."""
+
+
+def request_timeout_for(decode_tokens: int) -> float:
+    """The default timeout of one request that decodes `decode_tokens` tokens: the whole request, from
+    its send to its last byte (`REQUEST_TIMEOUT_BASE_S` + `REQUEST_TIMEOUT_PER_TOKEN_S` a token)."""
+    return REQUEST_TIMEOUT_BASE_S + REQUEST_TIMEOUT_PER_TOKEN_S * max(0, decode_tokens)
+
+
+def idle_text(idle: float, chunks: int) -> str:
+    """The error of a stream that stalled: no byte for `idle` s once it had begun."""
+    return (f"stalled: no byte from the server for {idle:g} s after {chunks} token chunks (idle timeout: "
+            "idle_timeout_s in the campaign, --idle-timeout in sweep)")
+
+
+def request_timeout_text(timeout: float, chunks: int) -> str:
+    """The error of a request that ran past its whole-request timeout."""
+    return (f"timed out after {timeout:g} s and {chunks} token chunks (request timeout: request_timeout_s in "
+            "the campaign, --request-timeout in sweep)")
 
 MAX_HEAD_BYTES = 64 * 1024
 """The longest HTTP status line and headers the raw reader takes."""
@@ -291,12 +318,13 @@ class _SSEResponse(asyncio.Protocol):
         self.error_body = bytearray()
         self.lost: BaseException | None = None
         self.fast = False  # a 200 chunked body with nothing pending: `is_token_frame` reads may skip the rest
+        self.last_ns = 0  # when the last read arrived (the idle timeout counts from it)
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
 
     def data_received(self, data: bytes) -> None:
-        t_ns = time.clock_gettime_ns(time.CLOCK_MONOTONIC)
+        t_ns = self.last_ns = time.clock_gettime_ns(time.CLOCK_MONOTONIC)
         if self.fast and not self.chunk_left and not self.crlf_left and is_token_frame(data):
             self.state.events += 1  # one whole frame, one token chunk: what the general path would count
             self.state.chunk_ns.append(t_ns)
@@ -449,8 +477,10 @@ class _SSEResponse(asyncio.Protocol):
             self.done.set_result(None)
 
 
-async def _stream_raw(url: str, content: bytes, state: _StreamState, timeout: float) -> tuple[int | None, str | None]:
-    """POST `content` to `url` on a new connection and read the SSE response into `state`.
+async def _stream_raw(url: str, content: bytes, state: _StreamState, timeout: float,
+                      idle: float | None = None) -> tuple[int | None, str | None]:
+    """POST `content` to `url` on a new connection and read the SSE response into `state`, for at most
+    `timeout` s in all and, once its first SSE event came, `idle` s without a byte.
 
     Returns (HTTP status or None, error or None); never raises for a network fault.
     """
@@ -467,14 +497,10 @@ async def _stream_raw(url: str, content: bytes, state: _StreamState, timeout: fl
     except (OSError, TimeoutError) as exc:
         return None, f"cannot connect to {url}: {exc or type(exc).__name__} (is the server running?)"
     transport.write(head.encode() + content)
-    try:
-        await asyncio.wait_for(asyncio.shield(proto.done), timeout)
-    except TimeoutError:
+    stalled = await _await_done(proto, state, timeout, idle)
+    if stalled is not None:
         transport.abort()
-        return proto.status, f"timed out after {timeout:g} s and {len(state.chunk_ns)} token chunks"
-    except asyncio.CancelledError:
-        transport.abort()
-        raise
+        return proto.status, stalled
     if proto.status is None:
         if state.error:  # a head perflib does not read: its own error
             return None, state.error
@@ -489,8 +515,33 @@ async def _stream_raw(url: str, content: bytes, state: _StreamState, timeout: fl
     return proto.status, None
 
 
+async def _await_done(proto: _SSEResponse, state: _StreamState, timeout: float, idle: float | None) -> str | None:
+    """Wait for the response to end: None, or the error of the timeout that ended it first. The idle
+    timeout counts once the first SSE event came: before it, the queue and the prefill are silent on
+    most servers (llama-server sends its headers at once, then nothing until the first token)."""
+    deadline = monotonic_ns() + int(timeout * 1e9)
+    while True:
+        now = monotonic_ns()
+        wait = deadline - now
+        if idle is not None:
+            if state.events and now - proto.last_ns >= idle * 1e9:
+                return idle_text(idle, len(state.chunk_ns))
+            wait = min(wait, int(idle * 1e9) - (now - proto.last_ns if state.events else 0))
+        if wait <= 0:
+            return request_timeout_text(timeout, len(state.chunk_ns))
+        try:
+            await asyncio.wait_for(asyncio.shield(proto.done), wait / 1e9)
+            return None
+        except TimeoutError:
+            continue
+        except asyncio.CancelledError:
+            if proto.transport is not None:
+                proto.transport.abort()
+            raise
+
+
 async def _stream_httpx(client: httpx.AsyncClient, url: str, content: bytes, state: _StreamState,
-                        max_tokens: int, timeout: float) -> tuple[int | None, str | None]:
+                        max_tokens: int, timeout: float, idle: float | None = None) -> tuple[int | None, str | None]:
     """The same exchange through httpx (`aiter_raw`, never `aiter_lines`); for https and comparison.
 
     httpx's timeout is per read, so `timeout` is also applied to the whole exchange: a server that
@@ -498,14 +549,16 @@ async def _stream_httpx(client: httpx.AsyncClient, url: str, content: bytes, sta
     """
     try:
         async with asyncio.timeout(timeout):
-            await _exchange_httpx(client, url, content, state)
+            await _exchange_httpx(client, url, content, state, idle)
+    except _Stalled:
+        return state.http_status, idle_text(idle or 0.0, len(state.chunk_ns))
     except httpx.ConnectError as exc:
         return None, f"cannot connect to {url}: {exc or type(exc).__name__} (is the server running?)"
     except httpx.TimeoutException as exc:
         status = state.http_status
         return status, f"timed out after {len(state.chunk_ns)} token chunks: {type(exc).__name__} {exc}"
     except TimeoutError:
-        return state.http_status, f"timed out after {timeout:g} s and {len(state.chunk_ns)} token chunks"
+        return state.http_status, request_timeout_text(timeout, len(state.chunk_ns))
     except _ErrorAnswer as exc:
         return exc.status, f"HTTP {exc.status} from {url}: {exc.body.decode('utf-8', 'replace').strip()}"
     except httpx.HTTPError as exc:  # RemoteProtocolError, ReadError: the server went away mid-stream
@@ -514,13 +567,19 @@ async def _stream_httpx(client: httpx.AsyncClient, url: str, content: bytes, sta
     return state.http_status, None
 
 
+class _Stalled(Exception):
+    """No byte for the idle timeout once the stream had begun."""
+
+
 class _ErrorAnswer(Exception):
     def __init__(self, status: int, body: bytes):
         self.status, self.body = status, body
 
 
-async def _exchange_httpx(client: httpx.AsyncClient, url: str, content: bytes, state: _StreamState) -> None:
-    """POST and read the SSE answer into `state`; an answer ≥ 400 raises `_ErrorAnswer` (its body cut)."""
+async def _exchange_httpx(client: httpx.AsyncClient, url: str, content: bytes, state: _StreamState,
+                          idle: float | None = None) -> None:
+    """POST and read the SSE answer into `state`; an answer ≥ 400 raises `_ErrorAnswer` (its body cut),
+    `idle` s without a byte once the first SSE event came raises `_Stalled`."""
     headers = {"Content-Type": "application/json", "Accept": "text/event-stream", "Connection": "close"}
     splitter = SSESplitter()
     async with client.stream("POST", url, content=content, headers=headers) as response:
@@ -533,15 +592,20 @@ async def _exchange_httpx(client: httpx.AsyncClient, url: str, content: bytes, s
                     break
             raise _ErrorAnswer(status, body[:300])
         take = state.take
+        loop = asyncio.get_running_loop()
         try:
-            async for data in response.aiter_raw():
-                t_ns = monotonic_ns()
-                for payload in splitter.feed(data):
-                    take(payload, t_ns)
-                    if state.error:  # stop at the first bad event: what follows is untrusted
+            async with asyncio.timeout(None) as stall:
+                async for data in response.aiter_raw():
+                    t_ns = monotonic_ns()
+                    for payload in splitter.feed(data):
+                        take(payload, t_ns)
+                        if state.error:  # stop at the first bad event: what follows is untrusted
+                            break
+                    if state.error:
                         break
-                if state.error:
-                    break
+                    if idle is not None and state.events:
+                        stall.reschedule(loop.time() + idle)
+                stall.reschedule(None)
             if not state.error:
                 t_ns = monotonic_ns()
                 for payload in splitter.close():
@@ -550,6 +614,10 @@ async def _exchange_httpx(client: httpx.AsyncClient, url: str, content: bytes, s
                         break
         except SSEError as exc:
             state.error = f"malformed SSE: {exc}"
+        except TimeoutError:
+            if stall.expired():
+                raise _Stalled() from None
+            raise
 
 
 async def stream_request(
@@ -571,6 +639,7 @@ async def stream_request(
     attempt: int = 1,
     transport: str = "auto",
     timeout: float = DEFAULT_TIMEOUT_S,
+    idle_timeout: float | None = DEFAULT_IDLE_TIMEOUT_S,
 ) -> RequestRecord:
     """Send one streaming request and time every chunk; never raises for a failed request.
 
@@ -582,6 +651,10 @@ async def stream_request(
     (with a body snippet), connection refused or dropped, timeout, a `data:` line that is not JSON,
     an `error` object in the stream, and a stream that stops early (no `[DONE]`, or fewer than
     `max_tokens` tokens while `ignore_eos` is set).
+
+    `timeout` bounds the whole request; `idle_timeout` (None: none) the time without a byte once the
+    stream's first SSE event came (a server that stalls mid-stream); a request that hits either ends
+    with what it measured and an error that names the timeout.
     """
     url = base_url.rstrip("/") + ENDPOINTS[endpoint]
     content = json.dumps(request_body(endpoint, prompt, max_tokens, model, ignore_eos, extra_body)).encode()
@@ -591,11 +664,11 @@ async def stream_request(
     start_unix_ns = time.time_ns()
     start_ns = monotonic_ns()
     if transport == "raw":
-        status, error = await _stream_raw(url, content, state, timeout)
+        status, error = await _stream_raw(url, content, state, timeout, idle_timeout)
     elif transport == "httpx":
         if client is None:
             raise PerflibError("transport='httpx' needs an httpx.AsyncClient")
-        status, error = await _stream_httpx(client, url, content, state, max_tokens, timeout)
+        status, error = await _stream_httpx(client, url, content, state, max_tokens, timeout, idle_timeout)
     else:
         raise PerflibError(f"transport must be auto, raw or httpx, not {transport!r}")
     end_ns = monotonic_ns()

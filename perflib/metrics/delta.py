@@ -49,6 +49,22 @@ class MetricsDelta:
     extras: dict[str, float | None] = field(default_factory=dict)
     sample_deltas: dict[str, float] = field(default_factory=dict)
     notes: tuple[str, ...] = ()
+    not_finite: tuple[str, ...] = ()
+    """Counters (server names) that were NaN or ±Inf in a snapshot: their deltas and figures are n/a."""
+
+    @property
+    def problem(self) -> str | None:
+        """Why the counters could not be used, where they could not: `reset: ...` (a counter went back,
+        the server restarted), `NaN: ...` (a counter not a finite number) or `impossible: ...` (a figure
+        below 0, fewer tokens counted than requests finished); None where they were fine. A page says
+        this, not "not exported"."""
+        if self.reset:
+            first = next((n.removeprefix("RESET: ") for n in self.notes if n.startswith("RESET: ")), "")
+            return f"reset: {first}" if first else "reset"
+        if self.not_finite:
+            return f"NaN: {', '.join(self.not_finite)} not a finite number"
+        impossible = next((n.removeprefix("IMPOSSIBLE: ") for n in self.notes if n.startswith("IMPOSSIBLE: ")), None)
+        return f"impossible: {impossible}" if impossible else None
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dict: the SCHEMA.md §3 keys, `deltas`, `notes` and the rest; NaN becomes None."""
@@ -74,6 +90,8 @@ class MetricsDelta:
             extras=dict(self.extras),
             sample_deltas=dict(self.sample_deltas),
             notes=list(self.notes),
+            not_finite=list(self.not_finite),
+            problem=self.problem,
         )
         return clean(out)
 
@@ -142,7 +160,7 @@ def diff(
         shown = reasons[:5] + ([f"... and {len(reasons) - 5} more"] if len(reasons) > 5 else [])
         notes = [f"RESET: {r}" for r in shown] + ["counters reset during the level: no figures; re-measure it"]
         return MetricsDelta(reset=True, deltas=dict.fromkeys(deltas), gauges_after=gauges_after,
-                            notes=tuple(notes), **result)
+                            notes=tuple(notes), not_finite=tuple(c.not_finite), **result)
 
     if not before:
         notes.append("the before snapshot has no samples: deltas are lifetime totals")
@@ -156,7 +174,7 @@ def diff(
         notes.append(f"{running} = {gauges_after[running]:g} in the after snapshot: take it once every request "
                      "has finished (tokens_predicted_* are added at completion)")
     return MetricsDelta(deltas=deltas, gauges_after=gauges_after, extras=extras, sample_deltas=sample_deltas,
-                        notes=tuple(notes), **result, **figures)
+                        notes=tuple(notes), not_finite=tuple(c.not_finite), **result, **figures)
 
 
 def _check_arguments(requests: Any, process_start_before: Any, process_start_after: Any) -> None:
@@ -193,6 +211,7 @@ class _Canonical:
     absent: list[str] = field(default_factory=list)
     gauge_like: set[str] = field(default_factory=set)
     notes: list[str] = field(default_factory=list)
+    not_finite: list[str] = field(default_factory=list)
 
 
 def _canonical(table: Sequence[MetricName], before: Sequence[Sample], after: Sequence[Sample]) -> _Canonical:
@@ -214,6 +233,8 @@ def _canonical(table: Sequence[MetricName], before: Sequence[Sample], after: Seq
         bad_a, notes_a = _not_finite(a, "after", server_name)
         bad_b, notes_b = _not_finite(b, "before", server_name)
         out.notes.extend(notes_a + notes_b)
+        if (bad_a or bad_b) and spec.kind != "gauge" and server_name not in out.not_finite:
+            out.not_finite.append(server_name)
         out.values_after.update({k: v for k, v in a.items() if k not in bad_a})
         out.values_before.update({k: v for k, v in b.items() if k not in bad_b})
         if spec.kind == "gauge":

@@ -115,7 +115,12 @@ def derive_llamacpp(c: Counters) -> Derived:
     _llama_family(c, f)
     f["decode_steps"] = c.d.get("n_decode")
     predicted, tps, steps = c.d.get("tokens_predicted"), f["tokens_predicted_seconds"], f["decode_steps"]
-    if c.requests is not None and predicted is not None:
+    if c.requests is not None and predicted is not None and predicted < c.requests:
+        notes.append(f"IMPOSSIBLE: Δtokens_predicted_total {predicted:g} is below the {c.requests} requests given "
+                     "(each finished request counts at least its first token): the counters did not count this "
+                     "level's tokens, or requests is larger than the requests that finished in it; "
+                     "decode_tokens and decode_step_ms are n/a")
+    elif c.requests is not None and predicted is not None:
         f["decode_tokens"] = predicted - c.requests
         f["decode_step_ms"] = _ratio(tps, f["decode_tokens"], 1000.0)
         notes.append(f"llama.cpp: decode_step_ms = 1000·Δtokens_predicted_seconds_total / "
@@ -207,5 +212,13 @@ DERIVE: dict[str, Callable[[Counters], Derived]] = {
 
 def derive_figures(dialect: str, d: Mapping[str, float | None], v1: Mapping[str, float], v2: Mapping[str, float],
                    requests: int | None, gauge_samples: Sequence[Mapping[str, float]] | None) -> Derived:
-    """The SERVERS.md §5 figures for one dialect from canonical deltas; notes say which formula."""
-    return DERIVE[dialect](Counters(d, v1, v2, requests, tuple(gauge_samples or ())))
+    """The SERVERS.md §5 figures for one dialect from canonical deltas; notes say which formula. Every
+    figure is a count, a time or a rate: one that comes out negative is impossible, and is None with a
+    note that says so (`IMPOSSIBLE`), never a number."""
+    figures, extras, notes = DERIVE[dialect](Counters(d, v1, v2, requests, tuple(gauge_samples or ())))
+    for table in (figures, extras):
+        for name, value in table.items():
+            if value is not None and value < 0:
+                table[name] = None
+                notes.append(f"IMPOSSIBLE: {name} came out {value:g} (below 0) from these counters: n/a")
+    return figures, extras, notes

@@ -27,6 +27,11 @@ def _unit(measure: str) -> str:
     return " ms" if measure.endswith("_ms") else " tok/s"
 
 
+def _no_runs(arm: Any) -> str:
+    """The cell of an arm that has no run at a level: not measured (yet), never a number."""
+    return f"not measured: no runs of arm {escape_md(arm)} yet"
+
+
 def _change(value: Any) -> str:
     return "n/a" if value is None or value != value else f"{value:+.1f}%"
 
@@ -37,7 +42,8 @@ def before_after(tables: DerivedTables, campaign: Campaign, arms: Sequence[str],
     frame = tb.before_after_table(tables, list(campaign.comparisons))
     rows = [{"backend": escape_md(r.backend), "batch": int(r.batch), "context": int(r.context),
              "measure": escape_md(r.measure), "arms": f"{escape_md(r.baseline)} → {escape_md(r.arm)}",
-             "before": fmt(r.before, ".2f", _unit(r.measure)), "after": fmt(r.after, ".2f", _unit(r.measure)),
+             "before": fmt(r.before, ".2f", _unit(r.measure)) if r.runs_before else _no_runs(r.baseline),
+             "after": fmt(r.after, ".2f", _unit(r.measure)) if r.runs_after else _no_runs(r.arm),
              "n": f"{r.runs_before} / {r.runs_after}", "change": _change(r.change_pct)}
             for r in frame.itertuples(index=False)]
     text, _ = table(rows, [Column("backend", "backend", keep=True), Column("batch", "batch", True),

@@ -270,8 +270,11 @@ def plot_before_after(tables: DerivedTables, arms: Sequence[str]) -> Plot | None
     overlaps decode moves the first panel alone; the second shows the decode step itself.
     None with fewer than two arms or no value in either panel."""
     levels = level_table(tables)
-    arms = [str(a) for a in arms]
-    if len(arms) < 2 or not len(levels):
+    if not len(levels):
+        return None
+    measured = set(levels["arm"].astype(str))
+    arms = [str(a) for a in arms if str(a) in measured]  # an arm with no runs yet has no bar (the page says so)
+    if len(arms) < 2:
         return None
     levels = levels[levels["arm"].astype(str).isin(arms)]
     columns = [c for c, _ in BEFORE_AFTER_PANELS]

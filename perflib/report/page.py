@@ -27,7 +27,7 @@ from perflib.report import evidence as ev
 from perflib.report import figures as fig
 from perflib.report import markdown as mdt
 from perflib.report import sections as sec
-from perflib.report.tables import absent_counters
+from perflib.report.tables import absent_counters, counter_problems
 from perflib.report.text import escape_md, fmt
 
 TEMPLATES = Path(__file__).parent / "templates"
@@ -199,8 +199,12 @@ def _notes(campaign: Campaign, tables: DerivedTables, reports_dir: Path) -> list
 def _absent_line(campaign: Campaign, tables: DerivedTables) -> str:
     absent = absent_counters(tables)
     dialects = sorted({b.dialect for b in campaign.backends if not b.trace_only})
-    return (f"Not exported by the server's /metrics (dialect {', '.join(dialects)}): {', '.join(absent)}."
-            if absent else "")
+    problems = counter_problems(tables)
+    unusable = (f"Counters there but not usable, their figures n/a: {escape_md('; '.join(problems[:5]))}"
+                + (f" and {len(problems) - 5} more runs" if len(problems) > 5 else "") + "." if problems else "")
+    return " ".join(t for t in (
+        f"Not exported by the server's /metrics (dialect {', '.join(dialects)}): {', '.join(absent)}." if absent
+        else "", unusable) if t)
 
 
 OCCUPANCY = {
@@ -312,6 +316,16 @@ def build_page_data(campaign: Campaign, tables: DerivedTables, data_dir: Path, r
     }
 
 
+def arms_without_runs(campaign: Campaign, data_dir: Path) -> list[str]:
+    """The arms with no complete run on disk yet (a runner that has not reached them, `--only`, another
+    host's share): the page is written without them and says so."""
+    if all(b.trace_only for b in campaign.backends):
+        return []
+    done = {found.arm for found, m in _manifests(campaign, data_dir)
+            if m.get("status") == "complete"}
+    return [a.name for a in campaign.arms if a.name not in done]
+
+
 def _header(campaign: Campaign, data_dir: Path, date: str, tables: DerivedTables | None = None) -> dict[str, Any]:
     """The page's head: name, date, model, matrix, runs on disk and traces lost."""
     manifests = [m for _, m in _manifests(campaign, data_dir)]
@@ -327,6 +341,7 @@ def _header(campaign: Campaign, data_dir: Path, date: str, tables: DerivedTables
                    f"tokens; {campaign.decode_tokens} decode tokens per request; {campaign.repeats} repeats"),
         "runs_total": len(manifests),
         "runs_complete": sum(1 for m in manifests if m.get("status") == "complete"),
+        "arms_without_runs": [escape_md(a) for a in arms_without_runs(campaign, data_dir)],
         "trace_only": [escape_md(b.name) for b in campaign.backends if b.trace_only],
         "traces_found": sum(1 for _, p in trace_only if p is not None),
         "traces_expected": len(trace_only),

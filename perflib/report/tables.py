@@ -326,12 +326,25 @@ def gap_level_table(tables: DerivedTables) -> pd.DataFrame:
     return out.sort_values([*LEVEL_KEYS, "_o"], kind="stable").drop(columns="_o").reset_index(drop=True)
 
 
+def counter_problems(tables: DerivedTables) -> list[str]:
+    """`arm/backend/b1_c128_r1: reset: ...` for each run whose counters were there but not usable
+    (`perflib.metrics.MetricsDelta.problem`): their figures are n/a for that reason."""
+    runs = tables.runs
+    if runs is None or not len(runs) or "metrics_problem" not in runs.columns:
+        return []
+    bad = runs[runs["metrics_problem"].fillna("").astype(str) != ""]
+    return [f"{r.arm}/{r.backend}/b{r.batch}_c{r.context}_r{r.repeat}: {r.metrics_problem}"
+            for r in bad.itertuples(index=False)]
+
+
 def absent_counters(tables: DerivedTables) -> list[str]:
     """Counter columns of runs.csv that no complete run has (the server does not export them)."""
     runs = tables.runs
     if runs is None or not len(runs):
         return []
     runs = checks.usable(runs) if "status" in runs.columns else runs
+    if "metrics_problem" in runs.columns:  # counters there but reset, NaN or impossible: not "not exported"
+        runs = runs[runs["metrics_problem"].fillna("").astype(str) == ""]
     if not len(runs):
         return []
     return [c for c in ("prefill_chunks", "mixed_steps", "occupancy", "decode_step_ms")

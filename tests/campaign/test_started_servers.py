@@ -153,10 +153,11 @@ def test_a_server_killed_during_an_arm_is_started_again_and_the_run_it_killed_ke
     assert sorted(report["done"]) == ["default/cpu/b2_c32_r1", "default/cpu/b3_c32_r1"]
     killed = rundir.read_manifest(arm_dir / "b1_c32_r1")
     assert killed["status"] == "incomplete"
-    assert any("server exited with code -9" in e for e in killed["errors"]), killed["errors"]
+    assert any("server killed by SIGKILL (signal 9)" in e for e in killed["errors"]), killed["errors"]
     starts = server_record(arm_dir)["starts"]
     assert [s["ended"] for s in starts] == ["died", "stopped at the end of the arm"]
     assert starts[0]["runs"] == ["default/cpu/b1_c32_r1"] and starts[0]["exit_code"] == -9
+    assert starts[0]["exit"] == "killed by SIGKILL (signal 9)"
     assert starts[1]["runs"] == ["default/cpu/b2_c32_r1", "default/cpu/b3_c32_r1"]
     # a rerun measures only the killed run again, on a fresh server
     again = runner(path, "--no-report")

@@ -25,6 +25,12 @@ def _backend(extra: str) -> str:
     return MINIMAL.replace(BACKEND, BACKEND + textwrap.indent(extra, "    "))
 
 
+def _server(command: str, env: str = "") -> str:
+    """MINIMAL with a server perflib starts (line 6: `command`, line 7: `env`) instead of its URL (issue 21)."""
+    return MINIMAL.replace(BACKEND, f"    server:\n      command: {command}\n"
+                           + (f"      env: {env}\n" if env else "") + "      binary: /bin/true\n")
+
+
 # (campaign text, the key path the error names, a piece of what it says was found)
 REFUSED = {
     "duplicate arm names": (MINIMAL + "arms: [{name: a}, {name: a}]\n", "arms (line 9)", "['a', 'a']"),
@@ -61,6 +67,17 @@ REFUSED = {
                                    "'pytorch-cuad'"),
     "missing kernel-class file": (_backend("kernel_classes: mine.yaml\n"), "backends[0].kernel_classes (line 6)",
                                   "mine.yaml"),
+    "a format spec in a template": (_server("['{binary}', --port, '{port:99999999999}']"),
+                                    "backends[0].server.command (line 6)", "{port:99999999999}"),
+    "a conversion in a template": (_server("['{binary}', '{model!r}']"), "backends[0].server.command (line 6)",
+                                   "{model!r}"),
+    "a NUL byte in an argument": (_server('["{binary}", "a\\0b"]'), "backends[0].server.command[1] (line 6)",
+                                  "'a\\x00b'"),
+    "a NUL byte in an env value": (_server("['{binary}']", '{A: "x\\0y"}'), "backends[0].server.env.A (line 7)",
+                                   "'x\\x00y'"),
+    "= in an env name": (_server("['{binary}']", "{'A=B': '1'}"), "backends[0].server.env.A=B (line 7)", "'A=B'"),
+    "a literal brace in an env value": (_server("['{binary}']", "{A: 'x{y'}"), "backends[0].server.env (line 7)",
+                                        "'x{y'"),
     "a matrix past the limit": (MINIMAL + "repeats: 100000000\n", "repeats (line 9)",
                                 "200000000 runs (1 arms x 1 backends x 1 contexts x 2 batches x 100000000 repeats)"),
 }
@@ -77,6 +94,15 @@ def test_refused_at_validate_with_its_line(case, tmp_path, capsys):
     assert msg.startswith(f"{path}:{where}: expected ") and ", found " in msg and found in msg, msg
     assert cli_main(["campaign", "validate", str(path)]) == 2
     assert capsys.readouterr().err.strip() == f"perflib: error: {msg}"
+
+
+def test_a_literal_brace_in_an_env_value_says_to_double_it(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text(_server("['{binary}']", "{A: 'x{y'}"))
+    with pytest.raises(InputError, match=r"a literal \{ is written \{\{"):
+        load_campaign(path)
+    path.write_text(_server("['{binary}']", "{A: 'x{{y}}'}"))
+    assert load_campaign(path).backends[0].server.env == {"A": "x{{y}}"}  # doubled: one brace each, once rendered
 
 
 def test_a_good_campaign_with_every_checked_key_loads(tmp_path):

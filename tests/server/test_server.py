@@ -55,5 +55,8 @@ def test_without_metrics_flag_the_endpoint_answers_501(llama_server_binary, tiny
 def test_a_server_that_cannot_start_names_its_log(llama_server_binary, tmp_path):
     bogus = tmp_path / "not-a-model.gguf"
     bogus.write_bytes(b"not gguf")
-    with pytest.raises(PerflibError, match="exited with code"):
+    with pytest.raises(PerflibError, match=r"exited before it was healthy \(exit code \d+;") as raised:
         server.start_llama_server(bogus, parallel=1, ctx_size=512, log_path=tmp_path / "s.log", health_timeout=30)
+    message = str(raised.value)  # one line that ends with the log's cause, not at "...s.log:" (issue 21)
+    assert "\n" not in message and message.endswith(f"(log {tmp_path / 's.log'})")
+    assert any(word in message.lower() for word in ("error", "fail", "invalid")), message

@@ -58,8 +58,7 @@ def main(program: list[str]) -> int:
         text = write_cupti_text(frame, Path(tmp) / "records.txt").read_text()
     if os.environ.get("STANDIN_STDOUT_LINE"):
         lines = text.splitlines(keepends=True)
-        text = "".join([*lines[: len(lines) // 2], os.environ["STANDIN_STDOUT_LINE"] + "
-", *lines[len(lines) // 2:]])
+        text = "".join([*lines[: len(lines) // 2], os.environ["STANDIN_STDOUT_LINE"] + "\n", *lines[len(lines) // 2:]])
     if output:
         with open(output, "a") as out:
             out.write(text)

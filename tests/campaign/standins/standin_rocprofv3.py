@@ -3,7 +3,9 @@
 `rocprofv3 --kernel-trace --stats -f csv -d DIR -o NAME [options] -- program args...`, runs the
 program, and when it has exited writes `DIR/<host>/<pid>/NAME_kernel_trace.csv` and
 `NAME_kernel_stats.csv` as rocprofv3 names them, the kernel records on CLOCK_MONOTONIC written with
-perflib's rocprofv3 CSV writer."""
+perflib's rocprofv3 CSV writer. `--standin-flush-s S` among the options (a stand-in's own, for fault
+tests) makes it take S seconds to "flush" once the program has exited, as a profiler writing a large
+capture does."""
 
 from __future__ import annotations
 
@@ -23,7 +25,9 @@ def main(argv: list[str]) -> int:
     out_dir = Path(own[own.index("-d") + 1])
     name = own[own.index("-o") + 1]
     assert "--kernel-trace" in own and own[own.index("-f") + 1] == "csv", own
+    flush_s = float(own[own.index("--standin-flush-s") + 1]) if "--standin-flush-s" in own else 0.0
     start, end, code = run_child(program, lambda: time.clock_gettime_ns(time.CLOCK_MONOTONIC))
+    time.sleep(flush_s)
     from perflib.traces.writers import write_kernel_trace_csv
 
     folder = out_dir / socket.gethostname() / str(__import__("os").getpid())
