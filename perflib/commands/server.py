@@ -75,7 +75,7 @@ def _register_builds(sub: argparse._SubParsersAction) -> None:
         "cupti", help="build the CUDA sample cupti_trace_injection library for `profiler: {kind: cupti}`",
         description=(
             "Builds the CUDA toolkit sample extras/CUPTI/samples/cupti_trace_injection as a shared library with "
-            "nvcc (reference GPU.md) into $PERFLIB_CACHE/cupti/. With CUDA_INJECTION64_PATH pointing at it, any "
+            "nvcc (docs/reference/GPU.md) into $PERFLIB_CACHE/cupti/. With CUDA_INJECTION64_PATH pointing at it, any "
             "CUDA program (llama-server, a custom engine) prints its kernel, copy and runtime records on stdout; "
             "a campaign's `profiler: {kind: cupti}` does that and keeps them apart from the server's log."),
     )
