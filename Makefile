@@ -4,7 +4,7 @@ PYTHON  ?= python3
 PY      := $(VENV)/bin/python
 PYTEST_ARGS ?=
 
-.PHONY: install demo test lint screenshot clean-derived
+.PHONY: install demo test lint lab screenshot clean-derived
 
 install: $(VENV)/.installed
 
@@ -32,9 +32,16 @@ test: install lint
 	$(PY) -m pytest $(PYTEST_ARGS)
 	$(PY) -m pytest --nbval-lax -p no:cacheprovider $(NBVAL_NOTEBOOKS)
 
-# JupyterLab in Debian's headless Chromium runs notebooks/analyze.ipynb; writes docs/jupyterlab-figure.png.
+# JupyterLab on the clone; pick the kernel "perflib (venv)" that install registers (README).
+LAB_ARGS ?= $(if $(filter 0,$(shell id -u)),--allow-root)  # jupyter refuses root without it (CI, containers)
+lab: install
+	$(VENV)/bin/jupyter lab $(LAB_ARGS)
+
+# The README's JupyterLab steps in Debian's headless Chromium: every figure shown, a screenshot in build/
+# (SCREENSHOT_ARGS=--docs: docs/jupyterlab-figure.png).
+SCREENSHOT_ARGS ?=
 screenshot: install
-	$(PY) scripts/jupyterlab_screenshot.py
+	$(PY) scripts/jupyterlab_screenshot.py $(SCREENSHOT_ARGS)
 
 clean-derived:
 	rm -rf data/derived/*

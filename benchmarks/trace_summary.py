@@ -438,8 +438,9 @@ def main(argv: list[str] | None = None) -> int:
             print(f"wrote {n:,} dispatches ({mib:.0f} MiB) in {time.perf_counter() - t:.0f} s", file=sys.stderr)
             label = f"CSV D, {n:,} rows, {mib:,.0f} MiB"
             row: dict = {"rows": n, "mib": mib}
-            row["summary"] = measure([*perflib, str(csv), "--json"], runs(n))
-            row["bare_read"] = measure([sys.executable, "-c", BARE_CSV, str(csv)], runs(n))
+            # side by side: one run of each per round, so a drift of the shared box's load weighs on both alike
+            row.update(measure_interleaved({"summary": ([*perflib, str(csv), "--json"], runs(n)),
+                                            "bare_read": ([sys.executable, "-c", BARE_CSV, str(csv)], runs(n))}))
             table += [("perflib trace summary --json", label, row["summary"]),
                       ("pyarrow.csv.read_csv (bare)", label, row["bare_read"])]
             if not args.no_in_memory:

@@ -150,18 +150,51 @@ SAMPLE_CAMPAIGN = Path(__file__).resolve().parents[1] / "tests" / "data" / "camp
 """The committed sample capture of a checkout: what the notebooks open by default."""
 
 
+def project_root(start: Path) -> Path | None:
+    """The nearest folder at or above `start` that holds `campaigns/` or `pyproject.toml`: the project a
+    notebook's kernel runs in (JupyterLab starts it in the notebook's folder, `notebooks/` say)."""
+    for folder in (start, *start.parents):
+        if (folder / "campaigns").is_dir() or (folder / "pyproject.toml").is_file():
+            return folder
+    return None
+
+
+def find_campaign_file(path: str | Path, cwd: Path | None = None) -> Path:
+    """A campaign file named relative to the working folder or to the project: `cwd / path` if it is a file,
+    else `project_root(cwd) / path`; an absolute path as it is. An InputError says where it looked."""
+    given = Path(path).expanduser()
+    if given.is_absolute():
+        return given
+    here = Path.cwd() if cwd is None else cwd
+    tried = [here / given]
+    root = project_root(here)
+    if root is not None and root != here:
+        tried.append(root / given)
+    if tried[0].is_file():
+        return given if cwd is None else tried[0]  # as given, as before
+    if len(tried) > 1 and tried[1].is_file():
+        return tried[1]
+    places = " and ".join(str(c) for c in tried)
+    hint = "" if root is not None else " (no folder holding campaigns/ or pyproject.toml at or above it)"
+    raise InputError(path, None, f"a campaign file, relative to the working folder or the project; looked at "
+                     f"{places}{hint}", "no such file")
+
+
 def open_campaign(path: str | Path | None = None, data_dir: str | Path | None = None) -> CampaignView:
     """Open a campaign YAML file; `data_dir` overrides where `raw/` and `derived/` live.
 
-    None opens the checkout's sample capture (`SAMPLE_CAMPAIGN`), so a notebook's defaults work
+    A relative path is looked for from the kernel's folder first, then from the project's root (the
+    nearest folder above holding `campaigns/` or `pyproject.toml`), so
+    `open_campaign("campaigns/cuda-h200.yaml")` works from the repository root and from `notebooks/`
+    alike. None opens the checkout's sample capture (`SAMPLE_CAMPAIGN`), so a notebook's defaults work
     whatever folder its kernel runs in (the repository root under papermill, `notebooks/` under nbval
-    and JupyterLab); a relative path is relative to the kernel's folder, as always."""
+    and JupyterLab)."""
     if path is None:
         if not SAMPLE_CAMPAIGN.is_file():
             raise InputError(SAMPLE_CAMPAIGN, None, "the sample campaign of a checkout (perflib is installed "
                              "apart from one); pass a campaign file", "no such file")
         path = SAMPLE_CAMPAIGN
-    campaign = load_campaign(path)
+    campaign = load_campaign(find_campaign_file(path))
     if data_dir is not None:
         campaign = replace_data_dir(campaign, Path(data_dir), None)
     return CampaignView(campaign)

@@ -1,6 +1,6 @@
 """The exact union of half-open time intervals, and how much of a range it covers (int64 ns).
 
-`U(I)` of reference/FORMATS.md §5: sort by start; a new group begins where start > running max of
+`U(I)` of docs/reference/FORMATS.md §5: sort by start; a new group begins where start > running max of
 end (touching intervals merge); a group is (min start, max end). GPU busy of a trace window
 (`perflib.attribution`) and other requests' prefill inside a decode window (`perflib.runs`) are
 both this union.

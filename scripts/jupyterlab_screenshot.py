@@ -1,16 +1,18 @@
-"""Open a notebook in a real JupyterLab in headless Chromium, run all its cells, and screenshot a figure.
+"""The README's JupyterLab steps, followed in a real JupyterLab in headless Chromium; screenshots a figure.
 
-    .venv/bin/python scripts/jupyterlab_screenshot.py [--notebook notebooks/analyze.ipynb]
-                                                      [--out docs/jupyterlab-figure.png]
+    .venv/bin/python scripts/jupyterlab_screenshot.py [--out build/jupyterlab-figure.png | --docs]
 
-What a user does, checked: `jupyter lab` starts on a free localhost port with a token, Debian's
-Chromium (`apt-get install chromium`; no browser download) opens the notebook, Run All runs it in the
-kernel of this interpreter, and the script waits until the notebook's figures are shown as images
-before it scrolls to the first one and saves the screenshot. It exits non-zero, saying why, when a
-cell raises or no figure appears. Chromium is driven through its DevTools protocol (websocket-client,
-which jupyter_server already needs). Nothing in the checkout is written but the screenshot: the
-lab's settings (autosave off), workspaces, runtime files and the browser profile live in a temporary
-folder, and the notebook's bytes are checked afterwards.
+What a user does, checked: `jupyter lab` starts on a free localhost port with a token, with the kernel
+`make install` registers ("perflib (venv)", this interpreter); a new notebook in `notebooks/` holds the
+README's snippet (the ```python block under "Exploring in JupyterLab", one cell, as pasted: it opens a
+committed campaign's real data by a path relative to the project); Debian's Chromium (`apt-get install
+chromium`; no browser download) opens it and Run All runs it. The script waits until the cell ran, then
+checks that no cell raised and that every figure the snippet asks for (one per `plot_*` call) is shown as
+an image, scrolls to the first one and saves the screenshot: to build/ (untracked) by default, to
+docs/jupyterlab-figure.png with `--docs`. It exits non-zero, saying why, when a cell raises or a figure is
+missing. Chromium is driven through its DevTools protocol (websocket-client, which jupyter_server already
+needs). The lab's settings (autosave off), workspaces, runtime files, kernel spec and the browser profile
+live in a temporary folder; the snippet's notebook is removed afterwards.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import contextlib
 import itertools
 import json
 import os
+import re
 import secrets
 import signal
 import socket
@@ -34,6 +37,8 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
+README_SECTION = "## Exploring in JupyterLab"
+KERNEL_NAME, KERNEL_DISPLAY = "perflib", "perflib (venv)"  # what `make install` registers
 CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                   "--disable-background-networking", "--disable-component-update", "--disable-sync",
                   "--hide-scrollbars", "--remote-debugging-port=0"]
@@ -91,13 +96,15 @@ def jupyter_lab(tmp: Path) -> Iterator[str]:
         path = settings / f"{plugin}.jupyterlab-settings"
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(values))
+    spec = tmp / "data" / "kernels" / KERNEL_NAME  # as `make install` registers it, for this interpreter
+    spec.mkdir(parents=True, exist_ok=True)
+    (spec / "kernel.json").write_text(json.dumps({
+        "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+        "display_name": KERNEL_DISPLAY, "language": "python", "metadata": {"debugger": True}}))
     port, token = free_port(), secrets.token_hex(16)
     env = {**os.environ, "JUPYTERLAB_SETTINGS_DIR": str(settings), "JUPYTERLAB_WORKSPACES_DIR": str(tmp / "ws"),
            "JUPYTER_RUNTIME_DIR": str(tmp / "runtime"), "JUPYTER_DATA_DIR": str(tmp / "data"),
-           "PYTHONPATH": str(REPO),
-           # this interpreter's own `python3` kernel comes first, whatever the user has registered
-           "JUPYTER_PATH": os.pathsep.join([str(Path(sys.prefix) / "share" / "jupyter"),
-                                            os.environ.get("JUPYTER_PATH", "")]).rstrip(os.pathsep)}
+           "PYTHONPATH": str(REPO)}
     log = (tmp / "lab.log").open("w")
     proc = subprocess.Popen([sys.executable, "-m", "jupyter", "lab", "--no-browser", "--ip=127.0.0.1",
                              f"--port={port}", "--ServerApp.port_retries=0", f"--IdentityProvider.token={token}",
@@ -186,21 +193,21 @@ KERNEL_IDLE = f"""(() => {{
 MENU = "[...document.querySelectorAll('.lm-MenuBar-itemLabel')].find(e => e.textContent.trim() === {!r})"
 MENU_ITEM = "[...document.querySelectorAll('.lm-Menu .lm-Menu-itemLabel')].find(e => e.textContent.trim() === {!r})"
 FIRST_CELL = "document.querySelector('.jp-NotebookPanel:not(.lm-mod-hidden) .jp-Notebook .jp-Cell')"
-STATE = """(() => {
+STATE = f"""(() => {{
+  const panel = window.jupyterapp && {PANEL};
   const nb = document.querySelector('.jp-NotebookPanel:not(.lm-mod-hidden) .jp-Notebook');
   if (!nb) return null;
   const prompts = [...nb.querySelectorAll('.jp-CodeCell .jp-InputPrompt')].map(p => p.textContent.trim());
-  return {cells: prompts.length, running: prompts.filter(p => p.includes('*')).length,
+  return {{cells: prompts.length, running: prompts.filter(p => p.includes('*')).length,
           unrun: prompts.filter(p => p === '[ ]:' || p === '').length,
+          kernel: panel ? panel.sessionContext.kernelDisplayName : null,
           errors: nb.querySelectorAll('.jp-OutputArea-output[data-mime-type="application/vnd.jupyter.stderr"]').length,
           images: [...nb.querySelectorAll('.jp-OutputArea-output img')].filter(i => i.complete && i.naturalWidth > 0)
-                  .map(i => [i.naturalWidth, i.naturalHeight])};
-})()"""
+                  .map(i => [i.naturalWidth, i.naturalHeight])}};
+}})()"""
 SHOW_FIRST_FIGURE = """(() => {
   const img = document.querySelector('.jp-NotebookPanel:not(.lm-mod-hidden) .jp-OutputArea-output img');
-  const cell = img.closest('.jp-Cell');
-  const heading = cell.previousElementSibling || cell;
-  heading.scrollIntoView({block: 'start'});
+  img.scrollIntoView({block: 'center'});
   const r = img.getBoundingClientRect();
   return {top: r.top, bottom: r.bottom, left: r.left, right: r.right, width: innerWidth, height: innerHeight};
 })()"""
@@ -239,36 +246,68 @@ def run_notebook(tools: DevTools, url: str, timeout: float) -> dict:
     return tools.js(STATE)
 
 
-def screenshot(notebook: Path, out: Path, binary: str, width: int, height: int, timeout: float) -> dict:
-    """Run `notebook` in JupyterLab in Chromium and save a screenshot of its first figure to `out`."""
-    before = notebook.read_bytes()
+def readme_snippet(readme: Path = REPO / "README.md") -> str:
+    """The first ```python block under the README's "Exploring in JupyterLab" heading: what a user pastes."""
+    text = readme.read_text(encoding="utf-8")
+    start = text.find(README_SECTION)
+    found = re.search(r"^```python\n(.*?)^```", text[start:], re.S | re.M) if start >= 0 else None
+    if found is None:
+        raise RuntimeError(f"{readme}: no ```python block under {README_SECTION!r}")
+    return found.group(1)
+
+
+def expected_figures(code: str) -> int:
+    """One figure per `plot_*` call of the snippet."""
+    return len(re.findall(r"\.plot_\w+\(", code))
+
+
+def snippet_notebook(code: str) -> dict:
+    """A new notebook with the snippet as its one cell, on the kernel `make install` registers."""
+    return {"nbformat": 4, "nbformat_minor": 5,
+            "metadata": {"kernelspec": {"name": KERNEL_NAME, "display_name": KERNEL_DISPLAY, "language": "python"},
+                         "language_info": {"name": "python"}},
+            "cells": [{"cell_type": "code", "id": "readme-snippet", "metadata": {}, "execution_count": None,
+                       "outputs": [], "source": code}]}
+
+
+def screenshot(out: Path, binary: str, width: int, height: int, timeout: float) -> dict:
+    """Follow the README's JupyterLab steps in Chromium, check every figure shows, save a screenshot of the first."""
+    code = readme_snippet()
+    wanted = expected_figures(code)
+    notebook = REPO / "notebooks" / f"readme-check-{os.getpid()}.ipynb"  # a new notebook where a user makes one
+    notebook.write_text(json.dumps(snippet_notebook(code), indent=1))
     with tempfile.TemporaryDirectory(prefix="perflib-lab-") as name:
         tmp = Path(name)
         try:
             with jupyter_lab(tmp) as url, chromium(tmp, binary, width, height) as tools:
-                state = run_notebook(tools, url.format(path=notebook.resolve().relative_to(REPO).as_posix()), timeout)
+                state = run_notebook(tools, url.format(path=notebook.relative_to(REPO).as_posix()), timeout)
                 if state["errors"]:
-                    raise RuntimeError(f"{state['errors']} cell(s) wrote to stderr or raised: see the notebook")
-                if not state["images"]:
-                    raise RuntimeError("the notebook ran but shows no figure")
+                    raise RuntimeError(f"{state['errors']} output(s) on stderr or an error: run the README's snippet "
+                                       "from notebooks/ to see it")
+                if state["kernel"] != KERNEL_DISPLAY:
+                    raise RuntimeError(f"the notebook ran on kernel {state['kernel']!r}, not {KERNEL_DISPLAY!r}")
+                if len(state["images"]) != wanted:
+                    raise RuntimeError(f"the README's snippet asks for {wanted} figure(s) (its plot_* calls) and the "
+                                       f"notebook shows {len(state['images'])}")
                 box = tools.js(SHOW_FIRST_FIGURE)
                 time.sleep(0.5)
                 if box["top"] < 0 or box["bottom"] > box["height"] or box["right"] > box["width"]:
                     raise RuntimeError(f"the first figure is not wholly in view: {box}")
                 png = base64.b64decode(tools.call("Page.captureScreenshot", format="png")["data"])
         finally:
-            if notebook.read_bytes() != before:  # JupyterLab saved it after all: put the committed bytes back
-                notebook.write_bytes(before)
-                print(f"warning: {notebook} was saved by JupyterLab; restored", file=sys.stderr)
+            notebook.unlink(missing_ok=True)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_bytes(png)
-    return {"out": str(out), "figures": len(state["images"]), "cells": state["cells"], "figure_box": box}
+    return {"out": str(out), "figures": len(state["images"]), "expected": wanted, "kernel": state["kernel"],
+            "figure_box": box}
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--notebook", type=Path, default=REPO / "notebooks" / "analyze.ipynb")
-    parser.add_argument("--out", type=Path, default=REPO / "docs" / "jupyterlab-figure.png")
+    where = parser.add_mutually_exclusive_group()
+    where.add_argument("--out", type=Path, default=REPO / "build" / "jupyterlab-figure.png",
+                       help="where the screenshot goes (default: build/jupyterlab-figure.png, untracked)")
+    where.add_argument("--docs", action="store_true", help="write docs/jupyterlab-figure.png, the README's picture")
     parser.add_argument("--chromium", default="/usr/bin/chromium", help="Debian's chromium (apt-get install chromium)")
     parser.add_argument("--size", default="1400x1000", help="viewport WIDTHxHEIGHT in pixels")
     parser.add_argument("--timeout", type=float, default=180.0, help="seconds for each wait")
@@ -277,8 +316,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: no Chromium at {args.chromium}; `apt-get install -y chromium`", file=sys.stderr)
         return 2
     width, height = (int(v) for v in args.size.lower().split("x"))
+    out = REPO / "docs" / "jupyterlab-figure.png" if args.docs else args.out
     try:
-        result = screenshot(args.notebook, args.out, args.chromium, width, height, args.timeout)
+        result = screenshot(out, args.chromium, width, height, args.timeout)
     except RuntimeError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1

@@ -1,8 +1,8 @@
 """Attribute one trace window to GPU work and host gaps: busy union, gap sizes, steps, kernels, classes.
 
-Definitions (reference/FORMATS.md §5): GPU busy = `|U|` of kernel, memcpy and memset dispatches
+Definitions (docs/reference/FORMATS.md §5): GPU busy = `|U|` of kernel, memcpy and memset dispatches
 clipped to the window; host gap = window − busy. Each idle stretch is charged to the dispatch that
-ends it (the trailing one to `tail`). Per-step figures follow reference/SERVERS.md §5.2: window
+ends it (the trailing one to `tail`). Per-step figures follow docs/reference/SERVERS.md §5.2: window
 figure / steps. Everything here is a pure function over the canonical dispatch table
 (docs/SCHEMA.md §1), in int64 ns.
 """

@@ -114,7 +114,7 @@ def window_from_clocks(trace: Any, clocks: Mapping[str, Mapping[str, int]], labe
     The trace's `clock` picks the reading: `realtime` (Kineto with `baseTimeNanoseconds`) uses only the
     realtime reading. rocprofv3 stamps with CLOCK_MONOTONIC or CLOCK_BOOTTIME and does not say which, so
     for `monotonic`/`boottime` both are tried, and for `unknown` the reader's `meta["clock_candidates"]`
-    (else all three); the clock whose window holds the most dispatch starts wins (reference/FORMATS.md
+    (else all three); the clock whose window holds the most dispatch starts wins (docs/reference/FORMATS.md
     §0; ties keep the first candidate, the trace's own clock). The label records the clock chosen.
     """
     dispatches = dispatches_of(trace)

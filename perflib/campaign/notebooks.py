@@ -25,7 +25,17 @@ from perflib.errors import PerflibError
 if TYPE_CHECKING:  # the runner's process imports this module but never pandas, sweep or derive (0.9 s)
     import pandas as pd
 
-NOTEBOOKS = Path(__file__).resolve().parents[2] / "notebooks"
+
+
+def _notebooks_dir() -> Path:
+    """The notebooks the runner executes: `perflib/notebooks/` in an installed wheel (setup.py copies them
+    there at build time), else the checkout's `notebooks/` (editable install, or the clone on the path)."""
+    here = Path(__file__).resolve()
+    packaged = here.parents[1] / "notebooks"
+    return packaged if (packaged / "collect.ipynb").is_file() else here.parents[2] / "notebooks"
+
+
+NOTEBOOKS = _notebooks_dir()
 
 
 @dataclass(frozen=True)

@@ -88,7 +88,7 @@ def _register_builds(sub: argparse._SubParsersAction) -> None:
             "_DEVICE_POOL_LIMIT, _FLUSH_MS and _KINDS (kernel,memcpy,memset,runtime,driver,overhead) change "
             "those. A campaign's `profiler: {kind: cupti}` sets the variables and keeps the records apart from "
             "the server's log. --sample builds the CUDA toolkit sample extras/CUPTI/samples/"
-            "cupti_trace_injection instead (reference GPU.md), for `profiler: {kind: cupti, library: sample}`: "
+            "cupti_trace_injection instead (docs/reference/GPU.md), for `profiler: {kind: cupti, library: sample}`: "
             "it prints the records on stdout, counts no losses, and exits the program on a CUPTI error. "
             "Needs nvcc, cupti.h and libcupti (CUDA_HOME or /usr/local/cuda); a missing one is an error that "
             "names it."),

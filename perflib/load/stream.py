@@ -1,6 +1,6 @@
 """One streamed request on its own connection, timed per chunk: the SSE/HTTP transport of a level.
 
-Definitions (reference/LOADGEN.md §1):
+Definitions (docs/reference/LOADGEN.md §1):
 
 - clock: CLOCK_MONOTONIC nanoseconds (`perflib.clocks.monotonic_ns`), the clock rocprofv3 can also use.
 - `start_ns`: just before the POST; every request opens a new connection, so this is also

@@ -1,7 +1,7 @@
 """Server `/metrics` counters: exposition text, per-server names, deltas and the derived figures.
 
 A load level is judged by counter deltas between a scrape right before it and one right after its
-last request finished (reference SERVERS.md §0). A figure that cannot be computed is None, never 0;
+last request finished (docs/reference/SERVERS.md §0). A figure that cannot be computed is None, never 0;
 a missing metric is reported in `absent`, not raised.
 
 - `perflib.metrics.exposition`: parse exposition text into samples.

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Build NVIDIA's cupti_trace_injection sample (nvcc line as /work/shared/reference/GPU.md shows)
+# Build NVIDIA's cupti_trace_injection sample (nvcc line as docs/reference/GPU.md shows)
 # and run short CUDA workloads under it; each workload's stdout (the sample's activity text) is
 # gzipped into OUTDIR. Usage: cupti_sample.sh WORKDIR OUTDIR [TIMEOUT_S] [build]
 # (a 4th argument `build` only builds, so it can run while other work does).

@@ -1,6 +1,6 @@
 """Cross-check perflib's GPU busy / idle against HolisticTraceAnalysis' temporal breakdown.
 
-HTA (reference/FORMATS.md §5.1): kernel_time = span(U(G)), idle = span − |U(G)|, G = every event with a
+HTA (docs/reference/FORMATS.md §5.1): kernel_time = span(U(G)), idle = span − |U(G)|, G = every event with a
 GPU stream, all streams. perflib's default window is the same span and its busy is |U| of the dispatch
 table (kernels, copies, fills), so on integer-µs Kineto traces the two must agree. Two known differences
 are pinned down here rather than hidden: HTA also counts Kineto `cuda_sync` slices that sit on a GPU

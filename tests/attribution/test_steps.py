@@ -23,7 +23,7 @@ def test_step_rhythm_found_with_jitter_and_prefill(seed: int) -> None:
     assert table["start_ns"].tolist() == truth["starts"]
     assert table["end_ns"].tolist() == truth["ends"]
     assert (table["dispatches"] == truth["per_step"]).all()
-    # per-step figures are window figures over the step count (reference/SERVERS.md §5.2)
+    # per-step figures are window figures over the step count (docs/reference/SERVERS.md §5.2)
     assert s.busy_ms_per_step == pytest.approx(s.busy_ms / n_steps)
     assert s.gap_ms_per_step == pytest.approx(s.gap_ms / n_steps)
     # each step's busy time = the union of its own dispatches (no overlap inside a step here)
