@@ -7,4 +7,4 @@ set -eu
 PERFLIB=${PERFLIB:-python3 -m perflib}
 $PERFLIB server build --backend cuda --gpu-arch 90 -j "$(nproc)"
 $PERFLIB server cupti
-$PERFLIB campaign run campaigns/cuda-h200-batch.yaml --guard --guard-idle-s "${GUARD_IDLE_S:-10}" ${CAMPAIGN_ARGS:-}
+$PERFLIB campaign run campaigns/${CAMPAIGN:-cuda-h200-batch}.yaml --guard --guard-idle-s "${GUARD_IDLE_S:-10}" ${CAMPAIGN_ARGS:-}
