@@ -38,7 +38,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     run_p.add_argument("--kernel", help="Jupyter kernel for papermill (default: one that runs this Python; "
                                         "register with `python -m ipykernel install --user --name perflib`)")
     run_p.add_argument("--no-report", action="store_true", help="measure only; do not derive or write the page")
-    contention_flags(run_p, "redone (3 attempts), then kept and marked contended; the page leaves it out of medians")
+    contention_flags(run_p, "redone once the CPUs are quiet (up to 3 attempts), then kept and marked contended; "
+                            "the page leaves it out of medians")
+    run_p.add_argument("--contention-wait", type=float_arg(0), default=WAIT_BUDGET_S, metavar="SECONDS",
+                       help=f"seconds the whole campaign may wait for quiet CPUs before redoing contended runs "
+                            f"(default {WAIT_BUDGET_S:g}); once spent, or with 0, contended runs are kept, "
+                            "marked contended, at once")
     run_p.set_defaults(func=run)
 
     report_p = sub.add_parser("report", help="rebuild data/derived and the page from data/raw (no server)")
@@ -58,14 +63,22 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 CPU_THRESHOLD = 0.25
 """`perflib.load.CPU_THRESHOLD`, written here so that `--help` does not import the load client (a test
 keeps the two equal)."""
+WAIT_THRESHOLD = 0.5
+"""`perflib.load.WAIT_THRESHOLD`, as CPU_THRESHOLD."""
+WAIT_BUDGET_S = 180.0
+"""`perflib.campaign.contention.WAIT_BUDGET_S`, as CPU_THRESHOLD."""
 
 
 def contention_flags(p: argparse.ArgumentParser, what: str) -> None:
-    """`--contention-threshold` and `--no-contention`, shared by `campaign run` and `sweep`."""
+    """`--contention-threshold`, `--wait-threshold` and `--no-contention`, shared by `campaign run` and `sweep`."""
     p.add_argument("--contention-threshold", type=_share, default=CPU_THRESHOLD, metavar="SHARE",
                    help=f"share of this machine's CPU capacity (0-1) that other processes may use while a level "
-                        f"runs (default {CPU_THRESHOLD}: half a core on 2 cores); a level above it, or with steal "
-                        f"above 10%%, is {what}")
+                        f"runs (default {CPU_THRESHOLD}: half a core on 2 cores); a level above it, above "
+                        f"--wait-threshold, or with steal above 10%%, is {what}")
+    p.add_argument("--wait-threshold", type=float_arg(0, above=True), default=WAIT_THRESHOLD, metavar="S",
+                   help=f"seconds the server's and client's threads may wait on a CPU run queue per second they "
+                        f"run, as the Linux kernel counts it (/proc/<pid>/schedstat; default {WAIT_THRESHOLD:g}); "
+                        "catches the contention of runs too short for the CPU-share samples")
     p.add_argument("--no-contention", action="store_true",
                    help="do not sample other processes (the manifest says so); for a machine you know is quiet")
 
@@ -121,14 +134,19 @@ def run(args: argparse.Namespace) -> int:
     campaign = _load(args)
     result = run_campaign(campaign, guard=args.guard, only=parse_only(args.only), kernel_name=args.kernel,
                           progress=True, write_page=not args.no_report, guard_idle_s=args.guard_idle_s,
-                          contention_threshold=None if args.no_contention else args.contention_threshold)
+                          contention_threshold=None if args.no_contention else args.contention_threshold,
+                          wait_threshold=args.wait_threshold, contention_wait_s=args.contention_wait)
     if args.json:
         print(json.dumps({"campaign": campaign.name, "done": list(result.done), "skipped": list(result.skipped),
                           "failed": [{"run": r, "error": e} for r, e in result.failed],
-                          "contended": list(result.contended), "page": str(result.page) if result.page else None}))
+                          "contended": list(result.contended), "kept_contended": list(result.kept_contended),
+                          "contention_wait_s": round(result.contention_wait_s, 1),
+                          "page": str(result.page) if result.page else None}))
     else:
         print(f"campaign {campaign.name}: {len(result.done)} runs measured, {len(result.skipped)} skipped "
               f"(complete), {len(result.failed)} failed")
+        if result.contention_summary:
+            print(f"contention: {result.contention_summary}")
         for label, error in result.failed:
             print(f"  FAILED {label}: {error}", file=sys.stderr)
         if result.page:
