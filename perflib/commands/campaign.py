@@ -15,7 +15,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
             "A campaign file (campaigns/*.yaml) names the model, backends, batch sizes, contexts, repeats, arms, "
             "a regression gate and candidates. `run` executes notebooks/collect.ipynb per run with papermill "
             "(complete runs are skipped, failed runs keep their executed notebook), derives data/derived/<name>/ "
-            "and writes reports/<name>-<date>.md; `report` rebuilds both from data/raw without a server."
+            "and writes reports/<name>-<date>.md (reports/<name>-<time>.md for a data folder named by its UTC "
+            "time, as `make demo`'s; never over the page of another data folder); `report` rebuilds both from "
+            "data/raw without a server."
         ),
     )
     sub = parser.add_subparsers(dest="campaign_command", required=True, metavar="ACTION")

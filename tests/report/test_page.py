@@ -135,3 +135,36 @@ def test_committed_pages_open_with_their_answer(name):
     assert verdict_rows and all(re.search(r"\d", ln.split("|")[3]) for ln in verdict_rows)
     assert text.index("## Verdicts") < text.index("## Per level")
     assert text.count("<details>") >= 3 and text.count("<details>") == text.count("</details>")
+
+
+def test_pages_of_two_data_folders_on_one_day_are_two_pages(sample_copy, tmp_path):
+    """Two `make demo` runs on one UTC day (data/demo/<UTC time>): each page is named by its data
+    folder, rebuilding one rewrites only its own page, and a folder not named by its time never
+    takes the page of another folder of the same day."""
+    campaign = load_campaign(sample_copy)
+    raw = sample_copy.parent / "raw"
+    folders = [tmp_path / "demo" / stamp for stamp in ("2026-12-03T101530Z", "2026-12-03T114501Z")]
+    for folder in folders:
+        shutil.copytree(raw, folder / "raw")
+    reports = tmp_path / "reports"
+    first, second = (report.write_report(campaign, data_dir=folder, reports_dir=reports) for folder in folders)
+    assert (first.name, second.name) == ("sample-2026-12-03T101530Z.md", "sample-2026-12-03T114501Z.md")
+    assert (reports / first.stem / "batch_scaling.png").is_file() and (reports / second.stem).is_dir()
+    before, written = first.read_text(), second.read_text()
+    second.write_text(written + "a line the rebuild removes\n")
+    again = report.write_report(campaign, data_dir=folders[1], reports_dir=reports)
+    assert again == second and again.read_text() == written and first.read_text() == before
+
+    plain = [tmp_path / "a" / "data", tmp_path / "b" / "data"]  # the same run days, folders not named by time
+    for folder in plain:
+        shutil.copytree(raw, folder / "raw")
+    pages = [report.write_report(campaign, data_dir=folder, reports_dir=reports) for folder in plain]
+    assert pages[0].name == f"sample-{report.page_date(report_manifests(campaign, plain[0]))}.md"
+    assert pages[1] != pages[0] and re.fullmatch(r"sample-\d{4}-\d{2}-\d{2}T\d{6}Z\.md", pages[1].name)
+    assert "../a/data/derived/sample/" in pages[0].read_text() and "../b/data/derived/" in pages[1].read_text()
+    assert report.write_report(campaign, data_dir=plain[0], reports_dir=reports) == pages[0]  # its own, again
+
+
+def report_manifests(campaign, data_dir):
+    return [m for _, m in report._manifests(campaign, data_dir)]
+
