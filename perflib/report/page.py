@@ -386,6 +386,8 @@ def _header(campaign: Campaign, data_dir: Path, date: str) -> dict[str, Any]:
                    f"tokens; {campaign.decode_tokens} decode tokens per request; {campaign.repeats} repeats"),
         "runs_total": len(manifests),
         "runs_complete": sum(1 for m in manifests if m.get("status") == "complete"),
+        "runs_left_out": sum(1 for m in manifests if m.get("status") == "complete"
+                             and isinstance(m.get("contention"), dict) and m["contention"].get("contended")),
         "trace_only": [escape_md(b.name) for b in campaign.backends if b.trace_only],
         "traces_found": sum(1 for _, p in trace_only if p is not None),
         "traces_expected": len(trace_only),
