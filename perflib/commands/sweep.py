@@ -12,7 +12,7 @@ from perflib.commands.metrics import DIALECT_CHOICES
 TABLE_FIGURES = (
     ("ok", "ok", "{:.0f}"),
     ("failed", "failed", "{:.0f}"),
-    ("ttft_ms", "TTFT (ms)", "{:.1f}"),
+    ("ttft_ms", "mean TTFT (ms)", "{:.1f}"),
     ("decode_tok_s", "decode (tok/s/req)", "{:.1f}"),
     ("aggregate_tok_s", "aggregate (tok/s)", "{:.1f}"),
     ("decode_step_ms", "step, counters (ms)", "{:.2f}"),
@@ -84,7 +84,7 @@ def format_level_table(rows: Sequence[Mapping[str, Any]]) -> str:
     headers = ["batch", "context (tokens)", "runs complete", *(f[1] for f in TABLE_FIGURES)]
     body = [[row["batch"], row["context"], _complete(row),
              *(_cell(row, key, fmt) for key, _, fmt in TABLE_FIGURES)] for row in rows]
-    note = ("medians over repeats, (min–max) where they differ; "
+    note = ("medians over repeats, (min–max) where they differ; mean TTFT = each run's mean over its requests; "
             "contended = other processes used more CPU than --contention-threshold, or the server's and client's "
             "threads waited on a run queue more than --wait-threshold, during the level (its manifest says what); "
             "step, counters = Δtokens_predicted_seconds / "
