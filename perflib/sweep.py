@@ -83,6 +83,7 @@ def run_level(
     contention_threshold: float = load.CPU_THRESHOLD,
     workers: int = 1,
     wait_threshold: float | None = load.WAIT_THRESHOLD,
+    psi_threshold: float | None = load.PSI_THRESHOLD,
 ) -> LevelResult:
     """Measure one (batch, context, repeat) run into `<out_dir>/b<batch>_c<context>_r<repeat>/`.
 
@@ -99,7 +100,8 @@ def run_level(
     With `contention` (the default) the level samples what else uses this machine while it runs
     (`perflib.load.contention`: other processes' CPU, load, steal; the server found by its listening
     port is not "other"; and the kernel's count of the server's and client's run-queue waits, over
-    `wait_threshold` seconds per CPU second, `perflib.load.pressure`) into `manifest["contention"]`;
+    `wait_threshold` seconds per CPU second, and the PSI stall share over `psi_threshold`,
+    `perflib.load.pressure`) into `manifest["contention"]`;
     a contended level stays complete and says so, and `perflib campaign run` redoes it.
 
     `workers` > 1 sends the level's requests from that many processes (`perflib.load.workers`) into
@@ -131,7 +133,7 @@ def run_level(
 
     log_start = _log_size(server)
     sampler = load.ContentionSampler(_own_pids(base_url, server), threshold=contention_threshold,
-                                     wait_threshold=wait_threshold)
+                                     wait_threshold=wait_threshold, psi_threshold=psi_threshold)
     if contention:
         sampler.start()
     try:
@@ -281,7 +283,8 @@ class SweepResult:
 def _run_plan(plan: list[tuple[int, int, int]], base_url: str, decode_tokens: int, out: Path, endpoint: str,
               dialect: str, handle: Any, timeout: float, progress: bool, result: SweepResult,
               contention: bool = True, contention_threshold: float = load.CPU_THRESHOLD, workers: int = 1,
-              wait_threshold: float | None = load.WAIT_THRESHOLD) -> None:
+              wait_threshold: float | None = load.WAIT_THRESHOLD,
+              psi_threshold: float | None = load.PSI_THRESHOLD) -> None:
     """Every (batch, context, repeat) of the plan in turn; stops at a server that cannot be reached or
     that perflib started and that died, after the level's folder was marked incomplete."""
     from tqdm import tqdm
@@ -293,7 +296,7 @@ def _run_plan(plan: list[tuple[int, int, int]], base_url: str, decode_tokens: in
             res = run_level(base_url, batch, context, decode_tokens, repeat, out, endpoint=endpoint,
                             dialect=dialect, server=handle, timeout=timeout, contention=contention,
                             contention_threshold=contention_threshold, workers=workers,
-                            wait_threshold=wait_threshold)
+                            wait_threshold=wait_threshold, psi_threshold=psi_threshold)
             result.results.append(res)
             if progress and res.summary.get("contended") and not res.skipped:
                 tqdm.write(f"perflib: {res.run_dir.name} contended: {res.summary.get('contention_why')}",
@@ -351,6 +354,7 @@ def sweep(
     contention_threshold: float = load.CPU_THRESHOLD,
     workers: int = 1,
     wait_threshold: float | None = load.WAIT_THRESHOLD,
+    psi_threshold: float | None = load.PSI_THRESHOLD,
 ) -> SweepResult:
     """Every (batch, context, repeat) as a run folder under `out_dir`, then one row per level.
 
@@ -379,7 +383,7 @@ def sweep(
     plan = [(b, c, r) for b in batches for c in contexts for r in range(1, repeats + 1)]
     try:
         _run_plan(plan, base_url, decode_tokens, out, endpoint, dialect, handle, timeout, progress, result,
-                  contention, contention_threshold, workers, wait_threshold)
+                  contention, contention_threshold, workers, wait_threshold, psi_threshold)
     finally:
         if handle is not None:
             handle.stop()

@@ -74,8 +74,8 @@ class CpuContention:
         who = busiest(record)
         self._once("first", f"{label} contended ({why}); "
                    + (f"busiest other processes: {who}; " if who else "no other process stood out; ")
-                   + self.plan() + "; to measure anyway: --no-contention, or --contention-threshold SHARE / "
-                   "--wait-threshold S to allow more, --contention-wait 0 never to wait")
+                   + self.plan() + "; to measure anyway: --no-contention, or --contention-threshold / --wait-threshold / "
+                   "--psi-threshold to allow more, --contention-wait 0 never to wait")
         return redo
 
     def left_s(self) -> float:

@@ -89,11 +89,13 @@ def run_campaign(campaign: Campaign, data_dir: Path | None = None, reports_dir: 
                  max_attempts: int = 5, notebooks: Path = NOTEBOOKS,
                  contention_threshold: float | None = load.CPU_THRESHOLD,
                  wait_threshold: float | None = load.WAIT_THRESHOLD,
+                 psi_threshold: float | None = load.PSI_THRESHOLD,
                  contention_wait_s: float = WAIT_BUDGET_S) -> CampaignResult:
     """Measure every incomplete run of the campaign, then derive the tables and write the page.
 
     `contention_threshold`: the share of the CPUs that other processes may use during a level, and
-    `wait_threshold` the run-queue wait per CPU second of the server's and client's threads, before
+    `wait_threshold` the run-queue wait per CPU second of the server's and client's threads, and
+    `psi_threshold` the PSI stall share, before
     the run is contended (`perflib.load.contention`); None samples nothing. A contended run is redone
     (`perflib.campaign.contention`: at most `contention_wait_s` of waiting for quiet CPUs over the
     campaign) and at last kept, marked contended."""
@@ -121,7 +123,8 @@ def run_campaign(campaign: Campaign, data_dir: Path | None = None, reports_dir: 
     gpu = GpuGuard(idle_s=guard_idle_s, log=log) if guard else None
     ctrl_c = CtrlC()
     cpu = CpuContention(budget_s=contention_wait_s, log=log, bar=state.bar)
-    how = _How(kernel, notebooks, gpu, max_attempts, contention_threshold, ctrl_c, wait_threshold, cpu)
+    how = _How(kernel, notebooks, gpu, max_attempts, contention_threshold, ctrl_c, wait_threshold, cpu,
+               psi_threshold)
     try:
         with ctrl_c:  # a Ctrl-C is acted on between runs even where it was swallowed below (`interrupts`)
             if ctrl_c.ignored:
@@ -198,6 +201,7 @@ class _How:
     ctrl_c: CtrlC
     wait_threshold: float | None = load.WAIT_THRESHOLD
     cpu: CpuContention = field(default_factory=CpuContention)
+    psi_threshold: float | None = load.PSI_THRESHOLD
 
 
 def _serve_group(campaign: Campaign, arm: ArmSpec, backend: BackendSpec, group: list[RunSpec], data: Path,
@@ -321,6 +325,7 @@ def _one_run(campaign: Campaign, run: RunSpec, data: Path, server_params: dict[s
     params = {"campaign_file": str(campaign.path), "arm": run.arm, "backend": run.backend, "batch": run.batch,
               "context": run.context, "repeat": run.repeat, "data_dir": str(data),
               "contention_threshold": how.contention_threshold, "wait_threshold": how.wait_threshold,
+              "psi_threshold": how.psi_threshold,
               **server_params}
     kernel, notebooks, gpu, max_attempts = how.kernel, how.notebooks, how.gpu, how.max_attempts
     scratch = run_dir.parent / f".{run_dir.name}.collect.ipynb"

@@ -67,20 +67,27 @@ CPU_THRESHOLD = 0.25
 keeps the two equal)."""
 WAIT_THRESHOLD = 0.5
 """`perflib.load.WAIT_THRESHOLD`, as CPU_THRESHOLD."""
+PSI_THRESHOLD = 0.75
+"""`perflib.load.PSI_THRESHOLD`, as CPU_THRESHOLD."""
 WAIT_BUDGET_S = 180.0
 """`perflib.campaign.contention.WAIT_BUDGET_S`, as CPU_THRESHOLD."""
 
 
 def contention_flags(p: argparse.ArgumentParser, what: str) -> None:
-    """`--contention-threshold`, `--wait-threshold` and `--no-contention`, shared by `campaign run` and `sweep`."""
+    """`--contention-threshold`, `--wait-threshold`, `--psi-threshold` and `--no-contention`, shared by
+    `campaign run` and `sweep`."""
     p.add_argument("--contention-threshold", type=_share, default=CPU_THRESHOLD, metavar="SHARE",
                    help=f"share of this machine's CPU capacity (0-1) that other processes may use while a level "
                         f"runs (default {CPU_THRESHOLD}: half a core on 2 cores); a level above it, above "
-                        f"--wait-threshold, or with steal above 10%%, is {what}")
+                        f"--wait-threshold or --psi-threshold, or with steal above 10%%, is {what}")
     p.add_argument("--wait-threshold", type=float_arg(0, above=True), default=WAIT_THRESHOLD, metavar="S",
                    help=f"seconds the server's and client's threads may wait on a CPU run queue per second they "
                         f"run, as the Linux kernel counts it (/proc/<pid>/schedstat; default {WAIT_THRESHOLD:g}); "
                         "catches the contention of runs too short for the CPU-share samples")
+    p.add_argument("--psi-threshold", type=_share, default=PSI_THRESHOLD, metavar="SHARE",
+                   help=f"share of a level's time (0-1) during which some task may wait for a CPU, as Linux's "
+                        f"pressure stall information counts it (cgroup cpu.pressure, else /proc/pressure/cpu; "
+                        f"default {PSI_THRESHOLD:g}; 1: never decides)")
     p.add_argument("--no-contention", action="store_true",
                    help="do not sample other processes (the manifest says so); for a machine you know is quiet")
 
@@ -137,7 +144,8 @@ def run(args: argparse.Namespace) -> int:
     result = run_campaign(campaign, guard=args.guard, only=parse_only(args.only), kernel_name=args.kernel,
                           progress=True, write_page=not args.no_report, guard_idle_s=args.guard_idle_s,
                           contention_threshold=None if args.no_contention else args.contention_threshold,
-                          wait_threshold=args.wait_threshold, contention_wait_s=args.contention_wait)
+                          wait_threshold=args.wait_threshold, psi_threshold=args.psi_threshold,
+                          contention_wait_s=args.contention_wait)
     if args.json:
         print(json.dumps({"campaign": campaign.name, "done": list(result.done), "skipped": list(result.skipped),
                           "failed": [{"run": r, "error": e} for r, e in result.failed],

@@ -86,7 +86,8 @@ def format_level_table(rows: Sequence[Mapping[str, Any]]) -> str:
              *(_cell(row, key, fmt) for key, _, fmt in TABLE_FIGURES)] for row in rows]
     note = ("medians over repeats, (min–max) where they differ; mean TTFT = each run's mean over its requests; "
             "contended = other processes used more CPU than --contention-threshold, or the server's and client's "
-            "threads waited on a run queue more than --wait-threshold, during the level (its manifest says what); "
+            "threads waited on a run queue more than --wait-threshold, or some task waited for a CPU more than "
+            "--psi-threshold of the time, during the level (its manifest says what); "
             "step, counters = Δtokens_predicted_seconds / "
             "Δdecode tokens from /metrics; steady step, client = median ITL while all requests decode; "
             "own-step share = median over requests of (n−1) × steady step / decode window")
@@ -169,7 +170,7 @@ def run(args: argparse.Namespace) -> int:
         endpoint=args.endpoint, dialect=args.dialect, start_server=args.start_server, model=args.model,
         threads=args.threads, progress=True, timeout=args.timeout,
         contention=not args.no_contention, contention_threshold=args.contention_threshold, workers=args.workers,
-        wait_threshold=args.wait_threshold,
+        wait_threshold=args.wait_threshold, psi_threshold=args.psi_threshold,
     )
     incomplete = [str(r.run_dir) for r in result.results if r.status == "incomplete"]
     unreadable = [(str(r.run_dir), r.errors[-1]) for r in result.results if r.status == sweep.UNREADABLE]

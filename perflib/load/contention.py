@@ -32,8 +32,9 @@ STEAL_THRESHOLD = 0.10
 WAIT_THRESHOLD = 0.5
 """At most this many seconds waited on a run queue per CPU second, over the server's and the client's
 threads (`perflib.load.pressure`); calibrated in benchmarks/contention_calibration.py."""
-PSI_THRESHOLD = None
-"""PSI `some` share of the window above which a level is contended; None: recorded, not deciding."""
+PSI_THRESHOLD = 0.75
+"""At most this share of the window during which some task waited for a CPU (PSI `some` of this
+process's cgroup, else the system); calibrated as WAIT_THRESHOLD."""
 TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
 

@@ -48,6 +48,7 @@ def test_the_first_contended_run_says_who_what_and_how_to_override_once(tmp_path
     assert "busiest other processes: python3 (pid 4242) 90% of a core, cc1plus (pid 4243) 45% of a core" in line
     assert "keeps contended runs marked contended and leaves them out of medians and verdicts" in line
     assert "--no-contention" in line and "--contention-threshold" in line and "--wait-threshold" in line
+    assert "--psi-threshold" in line and "--contention-wait 0" in line
     assert bar.postfix == "default/cpu/b2_c256_r1, 2 kept contended"
     assert cpu.summary() == ("waited 0 s in all for quiet CPUs; 0 attempts redone; 2 runs kept marked contended "
                              "(left out of medians and verdicts)")

