@@ -13,6 +13,7 @@ $(VENV)/.installed: pyproject.toml
 	$(PY) -m pip install -q -U pip
 	$(PY) -m pip install -q -e '.[dev,notebooks]'
 	$(PY) -m ipykernel install --user --name perflib --display-name "perflib (venv)" >/dev/null
+	$(PY) -m compileall -q perflib  # bytecode now: with PYTHONDONTWRITEBYTECODE set, no import would write it
 	touch $@
 
 # Main job: build (or reuse) llama-server, start it, run the demo campaign, write the results page.

@@ -36,6 +36,7 @@ import statistics
 import struct
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -565,12 +566,14 @@ def llama_rows(args: argparse.Namespace) -> list[dict[str, Any]]:
 
     levels = [int(x) for x in args.concurrency.split(",")]
     parallel = max(levels)
-    out_dir = Path(args.out).resolve().parent if args.out else Path.cwd()
+    # the server's log is a by-product, kept out of the checkout (it once was committed by mistake)
+    log_path = Path(tempfile.gettempdir()) / "perflib-client_overhead-server.log"
+    print(f"llama-server log: {log_path}", file=sys.stderr)
     # a SIGTERM (`timeout`, a job scheduler) unwinds like Ctrl-C, so that the server is stopped, not left behind
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     handle = server.start_llama_server(server.ensure_test_model(), parallel=parallel,
                                        ctx_size=parallel * (64 + args.max_tokens + 64), threads=1,
-                                       log_path=out_dir / "client_overhead_server.log")
+                                       log_path=log_path)
     SERVER_FLAGS[:] = handle.flags
     results = []
     try:

@@ -51,6 +51,28 @@ def left_out(runs: pd.DataFrame) -> pd.Series:
     return out
 
 
+def left_out_at(runs: pd.DataFrame | None, **where: Any) -> tuple[int, str]:
+    """(complete runs left out among those whose columns equal `where`, the first one's reason)."""
+    if runs is None or not len(runs) or "status" not in runs.columns:
+        return 0, ""
+    mask = runs["status"].astype(str) == "complete"
+    for column, value in where.items():
+        if value is not None and column in runs.columns:
+            mask &= runs[column].astype(str) == str(value)
+    why = runs["left_out"] if "left_out" in runs.columns else left_out(runs)
+    reasons = [w for w in why[mask].fillna("").astype(str) if w]
+    return len(reasons), (reasons[0] if reasons else "")
+
+
+def left_out_text(runs: pd.DataFrame | None, what: str, **where: Any) -> str:
+    """'all 3 complete runs <what> left out as contended (why)', or '' where none was left out."""
+    n, why = left_out_at(runs, **where)
+    if not n:
+        return ""
+    return (f"{'its' if n == 1 else 'all'} {n} complete run{'s' if n != 1 else ''} {what} left out as contended "
+            f"({why.removeprefix('contended: ')})")
+
+
 def usable(runs: pd.DataFrame) -> pd.DataFrame:
     """The runs that enter medians and verdicts: complete and not left out."""
     if runs is None or not len(runs):

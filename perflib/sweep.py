@@ -83,6 +83,8 @@ def run_level(
     contention_threshold: float = load.CPU_THRESHOLD,
     workers: int = 1,
     idle_timeout: float | None = load.DEFAULT_IDLE_TIMEOUT_S,
+    wait_threshold: float | None = load.WAIT_THRESHOLD,
+    psi_threshold: float | None = load.PSI_THRESHOLD,
 ) -> LevelResult:
     """Measure one (batch, context, repeat) run into `<out_dir>/b<batch>_c<context>_r<repeat>/`.
 
@@ -98,8 +100,10 @@ def run_level(
 
     With `contention` (the default) the level samples what else uses this machine while it runs
     (`perflib.load.contention`: other processes' CPU, load, steal; the server found by its listening
-    port is not "other") into `manifest["contention"]`; a contended level stays complete and says so,
-    and `perflib campaign run` redoes it.
+    port is not "other"; and the kernel's count of the server's and client's run-queue waits, over
+    `wait_threshold` seconds per CPU second, and the PSI stall share over `psi_threshold`,
+    `perflib.load.pressure`) into `manifest["contention"]`;
+    a contended level stays complete and says so, and `perflib campaign run` redoes it.
 
     `workers` > 1 sends the level's requests from that many processes (`perflib.load.workers`) into
     the same `requests.jsonl`; the manifest says how many.
@@ -135,7 +139,8 @@ def run_level(
         return LevelResult(run_dir, rundir.INCOMPLETE, (message,), summary, unreachable=True, moved_aside=moved)
 
     log_start = _log_size(server)
-    sampler = load.ContentionSampler(_own_pids(base_url, server), threshold=contention_threshold)
+    sampler = load.ContentionSampler(_own_pids(base_url, server), threshold=contention_threshold,
+                                     wait_threshold=wait_threshold, psi_threshold=psi_threshold)
     if contention:
         sampler.start()
     try:
@@ -148,6 +153,8 @@ def run_level(
     finally:
         seen = sampler.stop() if contention else None
         _copy_log_slice(server, log_start, run_dir / rundir.SERVER_LOG)
+    if seen is not None and seen.note:
+        load.say_once(seen.note)
     manifest["contention"] = seen.as_dict() if seen is not None else {"available": False, "contended": False,
                                                                        "note": "not sampled (--no-contention)"}
     manifest.update({
@@ -304,7 +311,9 @@ class SweepResult:
 def _run_plan(plan: list[tuple[int, int, int]], base_url: str, decode_tokens: int, out: Path, endpoint: str,
               dialect: str, handle: Any, timeout: float | None, progress: bool, result: SweepResult,
               contention: bool = True, contention_threshold: float = load.CPU_THRESHOLD, workers: int = 1,
-              idle_timeout: float | None = load.DEFAULT_IDLE_TIMEOUT_S) -> None:
+              idle_timeout: float | None = load.DEFAULT_IDLE_TIMEOUT_S,
+              wait_threshold: float | None = load.WAIT_THRESHOLD,
+              psi_threshold: float | None = load.PSI_THRESHOLD) -> None:
     """Every (batch, context, repeat) of the plan in turn; stops at a server that cannot be reached or
     that perflib started and that died, after the level's folder was marked incomplete."""
     from tqdm import tqdm
@@ -315,7 +324,8 @@ def _run_plan(plan: list[tuple[int, int, int]], base_url: str, decode_tokens: in
             bar.set_description(rundir.run_name(batch, context, repeat))
             res = run_level(base_url, batch, context, decode_tokens, repeat, out, endpoint=endpoint,
                             dialect=dialect, server=handle, timeout=timeout, contention=contention,
-                            contention_threshold=contention_threshold, workers=workers, idle_timeout=idle_timeout)
+                            contention_threshold=contention_threshold, workers=workers, idle_timeout=idle_timeout,
+                            wait_threshold=wait_threshold, psi_threshold=psi_threshold)
             result.results.append(res)
             if progress and res.summary.get("contended") and not res.skipped:
                 tqdm.write(f"perflib: {res.run_dir.name} contended: {res.summary.get('contention_why')}",
@@ -373,6 +383,8 @@ def sweep(
     contention_threshold: float = load.CPU_THRESHOLD,
     workers: int = 1,
     idle_timeout: float | None = load.DEFAULT_IDLE_TIMEOUT_S,
+    wait_threshold: float | None = load.WAIT_THRESHOLD,
+    psi_threshold: float | None = load.PSI_THRESHOLD,
 ) -> SweepResult:
     """Every (batch, context, repeat) as a run folder under `out_dir`, then one row per level.
 
@@ -401,7 +413,7 @@ def sweep(
     plan = [(b, c, r) for b in batches for c in contexts for r in range(1, repeats + 1)]
     try:
         _run_plan(plan, base_url, decode_tokens, out, endpoint, dialect, handle, timeout, progress, result,
-                  contention, contention_threshold, workers, idle_timeout)
+                  contention, contention_threshold, workers, idle_timeout, wait_threshold, psi_threshold)
     finally:
         if handle is not None:
             handle.stop()

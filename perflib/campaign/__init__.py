@@ -8,6 +8,7 @@
 - `claims`: one runner per (arm, backend), whichever host, over a shared data folder.
 - `notebooks`: papermill execution, and the functions the notebooks call (`collect_run`, ...).
 - `guard`: the GPU guard that redoes contended runs.
+- `contention`: runs that other work on the CPUs contended, redone within a wait budget and said as it happens.
 
 The campaign file's keys themselves are declared in `perflib.config`.
 """

@@ -57,11 +57,15 @@ def collect_run(campaign_file: str | Path, arm: str, backend: str, batch: int, c
                 base_url: str, data_dir: str | Path | None = None, server_flags: Sequence[str] | None = None,
                 server_log: str | None = None, server_version: str | None = None,
                 server_identity: dict[str, Any] | None = None,
-                contention_threshold: float | None = load.CPU_THRESHOLD) -> Path:
+                contention_threshold: float | None = load.CPU_THRESHOLD,
+                wait_threshold: float | None = load.WAIT_THRESHOLD,
+                psi_threshold: float | None = load.PSI_THRESHOLD) -> Path:
     """Measure one run into its folder with `perflib.sweep.run_level`; returns the run folder.
 
     `contention_threshold` (a share of one core; None: not sampled) is what other processes may use
-    during the level before the manifest marks it contended (`perflib.load.contention`).
+    during the level before the manifest marks it contended (`perflib.load.contention`);
+    `wait_threshold` the run-queue wait per CPU second of the server's and client's threads and
+    `psi_threshold` the PSI stall share (`perflib.load.pressure`; None: that signal does not decide).
 
     A server that does not answer leaves an incomplete manifest naming the URL and raises, so
     the runner records the failure and goes on.
@@ -79,7 +83,8 @@ def collect_run(campaign_file: str | Path, arm: str, backend: str, batch: int, c
                              contention=contention_threshold is not None, workers=campaign.workers,
                              timeout=campaign.request_timeout_s, idle_timeout=campaign.idle_timeout_s,
                              contention_threshold=(load.CPU_THRESHOLD if contention_threshold is None
-                                                   else contention_threshold))
+                                                   else contention_threshold), wait_threshold=wait_threshold,
+                             psi_threshold=psi_threshold)
     if result.status != "complete":
         errors = "; ".join(result.errors) or "no error recorded"
         raise PerflibError(f"run {run.label} against {base_url} is incomplete: {errors}")

@@ -21,6 +21,7 @@ from typing import Any
 
 from perflib import load, rundir
 from perflib.campaign import claims, kernels
+from perflib.campaign.contention import WAIT_BUDGET_S, CpuContention
 from perflib.campaign.guard import GpuGuard
 from perflib.campaign.interrupts import CtrlC
 from perflib.campaign.notebooks import (
@@ -55,6 +56,13 @@ class CampaignResult:
     """Traced runs whose step count is the dispatch rhythm's guess (the page marks them)."""
     orphans: tuple[str, ...] = ()
     """Servers an earlier runner left running when it died, stopped before this run started any."""
+
+    kept_contended: tuple[str, ...] = ()
+    """Runs kept complete but marked contended (left out of medians and verdicts)."""
+    contention_wait_s: float = 0.0
+    """Seconds waited in all for quiet CPUs before redoing contended runs."""
+    contention_summary: str = ""
+    """One line: the wait, the attempts redone, the runs kept contended ('' where none was contended)."""
 
     @property
     def nothing_done(self) -> bool:
@@ -94,11 +102,18 @@ def run_campaign(campaign: Campaign, data_dir: Path | None = None, reports_dir: 
                  guard: bool = False, only: dict[str, set[str]] | None = None, kernel_name: str | None = None,
                  progress: bool = True, write_page: bool = True, guard_idle_s: float = 90.0,
                  max_attempts: int = 5, notebooks: Path = NOTEBOOKS,
-                 contention_threshold: float | None = load.CPU_THRESHOLD) -> CampaignResult:
+                 contention_threshold: float | None = load.CPU_THRESHOLD,
+                 wait_threshold: float | None = load.WAIT_THRESHOLD,
+                 psi_threshold: float | None = load.PSI_THRESHOLD,
+                 contention_wait_s: float = WAIT_BUDGET_S) -> CampaignResult:
     """Measure every incomplete run of the campaign, then derive the tables and write the page.
 
-    `contention_threshold`: the share of a core that other processes may use during a level before the
-    run is redone (`CPU_ATTEMPTS`) and at last kept, marked contended; None samples nothing."""
+    `contention_threshold`: the share of the CPUs that other processes may use during a level, and
+    `wait_threshold` the run-queue wait per CPU second of the server's and client's threads, and
+    `psi_threshold` the PSI stall share, before
+    the run is contended (`perflib.load.contention`); None samples nothing. A contended run is redone
+    (`perflib.campaign.contention`: at most `contention_wait_s` of waiting for quiet CPUs over the
+    campaign) and at last kept, marked contended."""
     from tqdm import tqdm
 
     without_iri_grammars()
@@ -119,7 +134,9 @@ def run_campaign(campaign: Campaign, data_dir: Path | None = None, reports_dir: 
     _finish_complete(campaign, data, [r for r in runs if r not in todo], kernel, notebooks, state)
     gpu = GpuGuard(idle_s=guard_idle_s, log=log) if guard else None
     ctrl_c = CtrlC()
-    how = _How(kernel, notebooks, gpu, max_attempts, contention_threshold, ctrl_c)
+    cpu = CpuContention(budget_s=contention_wait_s, log=log, bar=state.bar)
+    how = _How(kernel, notebooks, gpu, max_attempts, contention_threshold, ctrl_c, wait_threshold, cpu,
+               psi_threshold)
     try:
         with ctrl_c:  # a Ctrl-C is acted on between runs even where it was swallowed below (`interrupts`)
             if ctrl_c.ignored:
@@ -154,7 +171,8 @@ def run_campaign(campaign: Campaign, data_dir: Path | None = None, reports_dir: 
         page = report.write_report(campaign, data_dir=data, reports_dir=reports_dir, tables=tables)
     failed, partial = _failed_and_partial(campaign, data, state.failed, tables)
     return CampaignResult(tuple(state.done), tuple(skipped), failed, tuple(state.contended), page,
-                          tuple(state.claimed), partial, _on_disk(tables), _guessed(tables), tuple(orphans))
+                          tuple(state.claimed), partial, _on_disk(tables), _guessed(tables), tuple(orphans),
+                          tuple(cpu.kept), cpu.waited_s, cpu.summary())
 
 
 def _failed_and_partial(campaign: Campaign, data: Path, failures: list[tuple[str, str]],
@@ -261,6 +279,9 @@ class _How:
     max_attempts: int
     contention_threshold: float | None
     ctrl_c: CtrlC
+    wait_threshold: float | None = load.WAIT_THRESHOLD
+    cpu: CpuContention = field(default_factory=CpuContention)
+    psi_threshold: float | None = load.PSI_THRESHOLD
 
 
 def _serve_group(campaign: Campaign, arm: ArmSpec, backend: BackendSpec, group: list[RunSpec], data: Path,
@@ -304,7 +325,7 @@ def _measure_group(campaign: Campaign, arm: ArmSpec, backend: BackendSpec, group
                 return
             if how.gpu is not None and served.current and served.current.handle:
                 how.gpu.own_roots.add(served.current.handle.process.pid)
-            state.bar.set_postfix_str(run.label)
+            how.cpu.show(run.label)
             how.ctrl_c.check()
             error = _measure(campaign, run, data, served, how, state.contended)
             how.ctrl_c.check()  # a Ctrl-C during the run that was swallowed below: the run is kept incomplete
@@ -385,7 +406,9 @@ def _one_run(campaign: Campaign, run: RunSpec, data: Path, server_params: dict[s
     run_dir = run.run_dir(data)
     params = {"campaign_file": str(campaign.path), "arm": run.arm, "backend": run.backend, "batch": run.batch,
               "context": run.context, "repeat": run.repeat, "data_dir": str(data),
-              "contention_threshold": how.contention_threshold, **server_params}
+              "contention_threshold": how.contention_threshold, "wait_threshold": how.wait_threshold,
+              "psi_threshold": how.psi_threshold,
+              **server_params}
     kernel, notebooks, gpu, max_attempts = how.kernel, how.notebooks, how.gpu, how.max_attempts
     scratch = run_dir.parent / f".{run_dir.name}.collect.ipynb"
     for attempt in range(1, max_attempts + 1):
@@ -408,27 +431,17 @@ def _one_run(campaign: Campaign, run: RunSpec, data: Path, server_params: dict[s
         if error:
             rundir.mark_incomplete(run_dir, run.manifest_keys(), error)
             return error
-        why = _cpu_contended(run_dir)
-        if why and attempt < min(max_attempts, CPU_ATTEMPTS):
+        why = how.cpu.observe(run_dir)
+        if why and how.cpu.should_redo(run.label, run_dir, attempt) and attempt < max_attempts:
             contended.append(f"{run.label} attempt {attempt}: {why}")
             rundir.move_aside(run_dir, "contended")
-            load.wait_quiet()
+            how.cpu.wait(run.label)
             continue
         if why:  # kept: complete, and marked contended in its manifest; the page leaves it out of medians
             contended.append(f"{run.label} attempt {attempt} (kept, marked contended): {why}")
+            how.cpu.keep(run.label)
         break
     return None
-
-
-CPU_ATTEMPTS = 3
-"""Attempts at a run that other processes' CPU use contended before the last one is kept, marked."""
-
-
-def _cpu_contended(run_dir: Path) -> str:
-    """The manifest's contention verdict (`perflib.load.contention`): its reason, or '' where quiet."""
-    manifest = rundir.read_manifest(run_dir, missing_ok=True) or {}
-    seen = manifest.get("contention") or {}
-    return str(seen.get("why") or "contended") if isinstance(seen, dict) and seen.get("contended") else ""
 
 
 def _needs_profile(run_dir: Path) -> bool:

@@ -15,7 +15,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
             "A campaign file (campaigns/*.yaml) names the model, backends, batch sizes, contexts, repeats, arms, "
             "a regression gate and candidates. `run` executes notebooks/collect.ipynb per run with papermill "
             "(complete runs are skipped, failed runs keep their executed notebook), derives data/derived/<name>/ "
-            "and writes reports/<name>-<date>.md; `report` rebuilds both from data/raw without a server."
+            "and writes reports/<name>-<date>.md (reports/<name>-<time>.md for a data folder named by its UTC "
+            "time, as `make demo`'s; never over the page of another data folder); `report` rebuilds both from "
+            "data/raw without a server."
         ),
     )
     sub = parser.add_subparsers(dest="campaign_command", required=True, metavar="ACTION")
@@ -45,7 +47,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     run_p.add_argument("--kernel", help="Jupyter kernel for papermill (default: one that runs this Python; "
                                         "register with `python -m ipykernel install --user --name perflib`)")
     run_p.add_argument("--no-report", action="store_true", help="measure only; do not derive or write the page")
-    contention_flags(run_p, "redone (3 attempts), then kept and marked contended; the page leaves it out of medians")
+    contention_flags(run_p, "redone once the CPUs are quiet (up to 3 attempts), then kept and marked contended; "
+                            "the page leaves it out of medians")
+    run_p.add_argument("--contention-wait", type=float_arg(0), default=WAIT_BUDGET_S, metavar="SECONDS",
+                       help=f"seconds the whole campaign may wait for quiet CPUs before redoing contended runs "
+                            f"(default {WAIT_BUDGET_S:g}); once spent, or with 0, contended runs are kept, "
+                            "marked contended, at once")
     run_p.set_defaults(func=run)
 
     report_p = sub.add_parser("report", help="rebuild data/derived and the page from data/raw (no server)")
@@ -79,14 +86,29 @@ EXIT_CODES = f"""exit status:
 CPU_THRESHOLD = 0.25
 """`perflib.load.CPU_THRESHOLD`, written here so that `--help` does not import the load client (a test
 keeps the two equal)."""
+WAIT_THRESHOLD = 0.5
+"""`perflib.load.WAIT_THRESHOLD`, as CPU_THRESHOLD."""
+PSI_THRESHOLD = 0.75
+"""`perflib.load.PSI_THRESHOLD`, as CPU_THRESHOLD."""
+WAIT_BUDGET_S = 180.0
+"""`perflib.campaign.contention.WAIT_BUDGET_S`, as CPU_THRESHOLD."""
 
 
 def contention_flags(p: argparse.ArgumentParser, what: str) -> None:
-    """`--contention-threshold` and `--no-contention`, shared by `campaign run` and `sweep`."""
+    """`--contention-threshold`, `--wait-threshold`, `--psi-threshold` and `--no-contention`, shared by
+    `campaign run` and `sweep`."""
     p.add_argument("--contention-threshold", type=_share, default=CPU_THRESHOLD, metavar="SHARE",
                    help=f"share of this machine's CPU capacity (0-1) that other processes may use while a level "
-                        f"runs (default {CPU_THRESHOLD}: half a core on 2 cores); a level above it, or with steal "
-                        f"above 10%%, is {what}")
+                        f"runs (default {CPU_THRESHOLD}: half a core on 2 cores); a level above it, above "
+                        f"--wait-threshold or --psi-threshold, or with steal above 10%%, is {what}")
+    p.add_argument("--wait-threshold", type=float_arg(0, above=True), default=WAIT_THRESHOLD, metavar="S",
+                   help=f"seconds the server's and client's threads may wait on a CPU run queue per second they "
+                        f"run, as the Linux kernel counts it (/proc/<pid>/schedstat; default {WAIT_THRESHOLD:g}); "
+                        "catches the contention of runs too short for the CPU-share samples")
+    p.add_argument("--psi-threshold", type=_share, default=PSI_THRESHOLD, metavar="SHARE",
+                   help=f"share of a level's time (0-1) during which some task may wait for a CPU, as Linux's "
+                        f"pressure stall information counts it (cgroup cpu.pressure, else /proc/pressure/cpu; "
+                        f"default {PSI_THRESHOLD:g}; 1: never decides)")
     p.add_argument("--no-contention", action="store_true",
                    help="do not sample other processes (the manifest says so); for a machine you know is quiet")
 
@@ -149,7 +171,9 @@ def run(args: argparse.Namespace) -> int:
     campaign = _load(args)
     result = run_campaign(campaign, guard=args.guard, only=parse_only(args.only), kernel_name=args.kernel,
                           progress=True, write_page=not args.no_report, guard_idle_s=args.guard_idle_s,
-                          contention_threshold=None if args.no_contention else args.contention_threshold)
+                          contention_threshold=None if args.no_contention else args.contention_threshold,
+                          wait_threshold=args.wait_threshold, psi_threshold=args.psi_threshold,
+                          contention_wait_s=args.contention_wait)
     on_disk = result.on_disk
     if args.json:
         print(json.dumps({"campaign": campaign.name, "done": list(result.done), "skipped": list(result.skipped),
@@ -159,11 +183,14 @@ def run(args: argparse.Namespace) -> int:
                           "steps_guessed": list(result.steps_guessed),
                           "claimed": [{"group": g, "holder": h} for g, h in result.claimed],
                           "orphans_stopped": list(result.orphans), "nothing_done": result.nothing_done,
-                          "contended": list(result.contended), "page": str(result.page) if result.page else None}))
+                          "contended": list(result.contended), "kept_contended": list(result.kept_contended),
+                          "contention_wait_s": round(result.contention_wait_s, 1), "page": str(result.page) if result.page else None}))
     else:
         print(f"campaign {campaign.name}: {len(result.done)} runs measured, {len(result.skipped)} skipped "
               f"(complete), {len(result.failed)} failed, {len(result.partial)} partial (complete, trace lost or "
               "cut short)" + (f", {len(result.claimed)} (arm, backend) held by another runner" if result.claimed else ""))
+        if result.contention_summary:
+            print(f"contention: {result.contention_summary}")
         for label, error in result.failed:
             print(f"  FAILED {label}: {error}", file=sys.stderr)
         for label, why in result.partial:

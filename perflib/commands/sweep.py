@@ -12,7 +12,7 @@ from perflib.commands.metrics import DIALECT_CHOICES
 TABLE_FIGURES = (
     ("ok", "ok", "{:.0f}"),
     ("failed", "failed", "{:.0f}"),
-    ("ttft_ms", "TTFT (ms)", "{:.1f}"),
+    ("ttft_ms", "mean TTFT (ms)", "{:.1f}"),
     ("decode_tok_s", "decode (tok/s/req)", "{:.1f}"),
     ("aggregate_tok_s", "aggregate (tok/s)", "{:.1f}"),
     ("decode_step_ms", "step, counters (ms)", "{:.2f}"),
@@ -84,8 +84,11 @@ def format_level_table(rows: Sequence[Mapping[str, Any]]) -> str:
     headers = ["batch", "context (tokens)", "runs complete", *(f[1] for f in TABLE_FIGURES)]
     body = [[row["batch"], row["context"], _complete(row),
              *(_cell(row, key, fmt) for key, _, fmt in TABLE_FIGURES)] for row in rows]
-    note = ("medians over repeats, (min–max) where they differ; contended = other processes used more CPU "
-            "than --contention-threshold during the level (its manifest says what); step, counters = Δtokens_predicted_seconds / "
+    note = ("medians over repeats, (min–max) where they differ; mean TTFT = each run's mean over its requests; "
+            "contended = other processes used more CPU than --contention-threshold, or the server's and client's "
+            "threads waited on a run queue more than --wait-threshold, or some task waited for a CPU more than "
+            "--psi-threshold of the time, during the level (its manifest says what); "
+            "step, counters = Δtokens_predicted_seconds / "
             "Δdecode tokens from /metrics; steady step, client = median ITL while all requests decode; "
             "own-step share = median over requests of (n−1) × steady step / decode window")
     return tabulate(body, headers=headers, tablefmt="simple", disable_numparse=True) + "\n" + note
@@ -173,6 +176,7 @@ def run(args: argparse.Namespace) -> int:
         endpoint=args.endpoint, dialect=args.dialect, start_server=args.start_server, model=args.model,
         threads=args.threads, progress=True, timeout=args.timeout, idle_timeout=args.idle_timeout,
         contention=not args.no_contention, contention_threshold=args.contention_threshold, workers=args.workers,
+        wait_threshold=args.wait_threshold, psi_threshold=args.psi_threshold,
     )
     incomplete = [str(r.run_dir) for r in result.results if r.status == "incomplete"]
     unreadable = [(str(r.run_dir), r.errors[-1]) for r in result.results if r.status == sweep.UNREADABLE]

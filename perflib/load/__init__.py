@@ -8,12 +8,22 @@
 - `perflib.load.loop`: the event loop (uvloop where installed), also from inside Jupyter.
 - `perflib.load.identity`: the server's identity from `/props` and `/v1/models`.
 - `perflib.load.contention`: what else used this machine's CPUs while a level ran.
+- `perflib.load.pressure`: what the kernel counted of our threads' waiting for a CPU (PSI, schedstat).
 
 The client-side arithmetic over the records (steady step, decode-window decomposition) is in
 `perflib.runs`; writing a level into a run folder is `perflib.sweep`.
 """
 
-from perflib.load.contention import CPU_THRESHOLD, Contention, ContentionSampler, listening_pids, wait_quiet
+from perflib.load.contention import (
+    CPU_THRESHOLD,
+    PSI_THRESHOLD,
+    WAIT_THRESHOLD,
+    Contention,
+    ContentionSampler,
+    listening_pids,
+    say_once,
+    wait_quiet,
+)
 from perflib.load.identity import json_object, server_identity, server_kind
 from perflib.load.level import (
     GAUGE_INTERVAL_S,
@@ -44,8 +54,10 @@ from perflib.load.stream import (
 )
 
 __all__ = [
-    "CPU_THRESHOLD", "Contention", "ContentionSampler", "listening_pids", "wait_quiet",
-    "DEFAULT_IDLE_TIMEOUT_S", "DEFAULT_TIMEOUT_S", "ENDPOINTS", "GAUGE_INTERVAL_S", "LevelOutcome", "LevelSink", "MemorySink", "Prompt",
+    "CPU_THRESHOLD", "Contention", "ContentionSampler", "PSI_THRESHOLD", "WAIT_THRESHOLD", "listening_pids",
+    "say_once", "wait_quiet",
+    "DEFAULT_IDLE_TIMEOUT_S", "DEFAULT_TIMEOUT_S", "ENDPOINTS", "GAUGE_INTERVAL_S", "LevelOutcome", "LevelSink",
+    "MemorySink", "Prompt",
     "MAX_LINE_BYTES", "RequestRecord", "SSEError", "SSESplitter", "ServerUnreachable", "TokenCounter", "decode_tok_s", "event_loop_name", "http_client",
     "fit_prompt", "json_object", "make_prompts", "prompt_tolerance", "run_async", "run_level_async", "run_sync",
     "request_timeout_for", "server_identity", "server_kind", "stream_request",

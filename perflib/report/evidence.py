@@ -96,7 +96,7 @@ def _traced(tables: DerivedTables, campaign: Campaign) -> str:
 LEVEL_COLUMNS = [*KEYS, Column("runs", "runs"), Column("decode_tok_s", "decode tok/s", True),
                  Column("decode_step_ms", "decode step", True), Column("steady_step_ms", "steady step", True),
                  Column("occupancy", "occupancy", True), Column("prefill_chunks", "prefill chunks", True),
-                 Column("ttft_ms", "TTFT", True), Column("busy", "GPU busy / step", True),
+                 Column("ttft_ms", "mean TTFT", True), Column("busy", "GPU busy / step", True),
                  Column("gap", "host gap / step", True), Column("busy_share", "busy share", True),
                  Column("top_classes", "top classes"), Column("checks", "checks")]
 
@@ -123,11 +123,25 @@ def per_level(tables: DerivedTables, level_checks: pd.DataFrame, occupancy: str,
                      "checks": "n/a" if c is None else ("⚠ " + escape_md(c.checks) if c.suspect else "ok")})
     text, dropped = table(rows, LEVEL_COLUMNS)
     intro = ("Medians over the runs used, with min–max over them. Decode tok/s is per request, (completion "
-             "tokens − 1) / (total − TTFT); the decode step is Δtokens_predicted_seconds / Δdecode_tokens from "
+             "tokens − 1) / (total − TTFT), and it and TTFT (first token-carrying chunk − request sent) are each "
+             "run's mean over its requests; the decode step is Δtokens_predicted_seconds / Δdecode_tokens from "
              f"`/metrics`; the steady step is the client's median inter-token gap while all requests decode; "
              f"{occupancy}")
-    after = join(absent, dropped_line(dropped, "no kernel trace, or a counter the server does not export"))
+    after = join(absent, dropped_line(dropped, "no kernel trace, or a counter the server does not export"),
+                 _levels_left_out(level_checks))
     return section("Per level", intro, text, f"{len(rows)} levels", figure, after)
+
+
+def _levels_left_out(level_checks: pd.DataFrame) -> str:
+    """The levels missing from the table because every complete run was left out, and why."""
+    if level_checks is None or not len(level_checks):
+        return ""
+    gone = [r for r in level_checks.itertuples(index=False) if not r.used and r.left_out]
+    if not gone:
+        return ""
+    return "Not in the table, every complete run left out as contended: " + "; ".join(
+        f"{escape_md(r.arm)} {escape_md(r.backend)} b{r.batch} c{r.context} ({r.left_out} of {r.complete}: "
+        f"{escape_md(r.left_out_why)})" for r in gone) + "."
 
 
 def profile(tables: DerivedTables, figure: dict | None) -> str:

@@ -8,6 +8,7 @@ file names only. Kernel names and other free text pass through `escape_md`.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import json
 import os
@@ -22,7 +23,7 @@ from perflib import checks, derive, rundir
 from perflib import verdicts as v
 from perflib.config import Campaign, opening_question
 from perflib.derive import DerivedTables
-from perflib.errors import InputError
+from perflib.errors import InputError, PerflibError
 from perflib.report import evidence as ev
 from perflib.report import figures as fig
 from perflib.report import markdown as mdt
@@ -44,6 +45,53 @@ def page_date(manifests: Sequence[dict]) -> str:
     if not ends:
         return "undated"
     return dt.datetime.fromtimestamp(max(ends) / 1e9, tz=dt.UTC).strftime("%Y-%m-%d")
+
+
+STAMPED = re.compile(r"\d{4}-\d{2}-\d{2}T\d{6}Z")
+"""A data folder named by the UTC time it was started, as `make demo`'s `data/demo/<time>`."""
+
+
+def page_stem(campaign: Campaign, data_dir: Path, reports_dir: Path, date: str, manifests: Sequence[dict]) -> str:
+    """The page's file name without `.md`, never that of a page another data folder wrote.
+
+    `<campaign>-<date>`, or `<campaign>-<folder>` where the data folder is named by its UTC time
+    (`data/demo/2026-12-03T101530Z`, one per `make demo`). Where a page of that name exists and its
+    Raw data section names another data folder's derived tables, the time the last run ended, to
+    the second, tells the two apart (`<campaign>-2026-12-03T101530Z`), then a count."""
+    name = rundir.safe_name(campaign.name, "campaign")
+    label = Path(data_dir).name if STAMPED.fullmatch(Path(data_dir).name) else rundir.safe_name(date, "page date")
+    derived = _derived_note(campaign, data_dir, reports_dir)
+    candidates = [f"{name}-{label}"]
+    if manifests and (end := _last_end(manifests)) is not None:
+        candidates.append(f"{name}-{dt.datetime.fromtimestamp(end / 1e9, tz=dt.UTC):%Y-%m-%dT%H%M%SZ}")
+    candidates += [f"{candidates[-1]}-{n}" for n in range(2, 100)]
+    for stem in candidates:
+        page = Path(reports_dir) / f"{stem}.md"
+        if not page.exists() or derived in _read_head(page):
+            return stem
+    raise PerflibError(f"{reports_dir}: 100 pages named {candidates[0]}* from other data folders; expected "
+                       "fewer (give --reports another folder)")
+
+
+def _derived_note(campaign: Campaign, data_dir: Path, page_dir: Path) -> str:
+    """The Raw data section's sentence that names the data folder (`raw_section`)."""
+    derived = os.path.relpath(campaign.derived_dir(data_dir), page_dir).replace(os.sep, "/") + "/"
+    return f"Derived tables: `{derived}`"
+
+
+def _read_head(page: Path) -> str:
+    try:
+        return page.read_text(errors="replace")
+    except OSError:
+        return ""
+
+
+def _last_end(manifests: Sequence[dict]) -> int | None:
+    ends = []
+    for m in manifests:
+        with contextlib.suppress(KeyError, TypeError, ValueError):
+            ends.append(int(m["clocks"]["end"]["realtime_ns"]))
+    return max(ends) if ends else None
 
 
 def trace_date(tables: DerivedTables) -> str | None:
@@ -164,7 +212,8 @@ def see_also_links(entries: Sequence[str], reports_dir: Path, own: str = "") -> 
             out.append({"href": entry, "label": escape_md(entry), "note": ""})
             continue
         matches = sorted(p for p in Path(reports_dir).glob(entry) if p.is_file()
-                         and not (own and re.fullmatch(rf"{re.escape(own)}-\d{{4}}-\d{{2}}-\d{{2}}\.md", p.name)))
+                         and not (own and re.fullmatch(rf"{re.escape(own)}-\d{{4}}-\d{{2}}-\d{{2}}(T\d{{6}}Z)?(-\d+)?\.md",
+                                                      p.name)))
         if matches:
             rel = os.path.relpath(matches[-1], reports_dir).replace(os.sep, "/")
             out.append({"href": rel, "label": escape_md(rel), "note": ""})
@@ -255,10 +304,10 @@ def raw_section(campaign: Campaign, data_dir: Path, page_dir: Path) -> str:
     rows = [{"where": escape_md(k), "n": len(v), "runs": " · ".join(v)} for k, v in groups.items()]
     text, _ = mdt.table(rows, [mdt.Column("where", "arm/backend", keep=True), mdt.Column("n", "folders", True),
                                mdt.Column("runs", "run folders")])
-    derived = os.path.relpath(campaign.derived_dir(data_dir), page_dir).replace(os.sep, "/") + "/"
     # data/derived/ is rebuildable and not committed, so it is named, not linked: a link would break on GitHub.
+    # The sentence also tells `page_stem` which data folder a page was written from.
     source = f"{campaign.path.parent.name}/{campaign.path.name}"  # the same on every checkout
-    note = f"Derived tables: `{derived}`, rebuilt from these folders by `perflib campaign report {source}`."
+    note = f"{_derived_note(campaign, data_dir, page_dir)}, rebuilt from these folders by `perflib campaign report {source}`."
     return sec.section("Raw data", note, text,
                        f"{sum(r['n'] for r in rows)} run folders and files")
 
@@ -342,6 +391,8 @@ def _header(campaign: Campaign, data_dir: Path, date: str, tables: DerivedTables
         "runs_total": len(manifests),
         "runs_complete": sum(1 for m in manifests if m.get("status") == "complete"),
         "arms_without_runs": [escape_md(a) for a in arms_without_runs(campaign, data_dir)],
+        "runs_left_out": sum(1 for m in manifests if m.get("status") == "complete"
+                             and isinstance(m.get("contention"), dict) and m["contention"].get("contended")),
         "trace_only": [escape_md(b.name) for b in campaign.backends if b.trace_only],
         "traces_found": sum(1 for _, p in trace_only if p is not None),
         "traces_expected": len(trace_only),
@@ -382,7 +433,7 @@ def write_report(campaign: Campaign, data_dir: Path | None = None, reports_dir: 
     tables = tables if tables is not None else derive.build_and_write(campaign, data)
     manifests = [m for _, m in _manifests(campaign, data)]
     date = date or (page_date(manifests) if manifests else (trace_date(tables) or "undated"))
-    stem = f"{rundir.safe_name(campaign.name, 'campaign')}-{rundir.safe_name(date, 'page date')}"
+    stem = page_stem(campaign, data, reports, date, manifests)
     fig_dir = reports / stem
     drawn = {
         "batch_scaling": fig.plot_batch_scaling(tables),

@@ -198,15 +198,25 @@ def _checks_line(level_checks: pd.DataFrame) -> str:
         return "no measured level to check."
     suspect = level_checks[level_checks["suspect"].astype(bool)]
     left = int(pd.to_numeric(level_checks["left_out"]).sum())
+    unchecked = level_checks[pd.to_numeric(level_checks["used"]) == 0]  # every run left out: nothing to check
+    total = len(level_checks)
+    passing = total - len(suspect) - len(unchecked)
     parts = []
     if len(suspect):
         names = ", ".join(f"{r.arm} b{r.batch} c{r.context}" for r in suspect.itertuples(index=False))
         kinds = sorted({c.split(":")[0] for text in suspect["checks"] for c in str(text).split("; ") if c})
-        parts.append(f"{len(suspect)} of {len(level_checks)} levels suspect ({', '.join(kinds)}): {names}")
-    else:
-        parts.append(f"all {len(level_checks)} levels pass their checks")
+        parts.append(f"{len(suspect)} of {total} levels suspect ({', '.join(kinds)}): {names}")
+    if passing:
+        parts.append(f"all {total} levels pass their checks" if passing == total
+                     else f"{passing} of {total} levels pass their checks")
+    if len(unchecked):
+        names = ", ".join(f"{r.arm} b{r.batch} c{r.context}" for r in unchecked.itertuples(index=False))
+        parts.append(f"{len(unchecked)} of {total} levels not checked, every complete run left out as contended: "
+                     f"{names}")
     if left:
-        parts.append(f"{left} contended run(s) left out of medians and verdicts")
+        runs = sum(int(n) for n in pd.to_numeric(level_checks["complete"]))
+        parts.append(f"{left} of {runs} complete run{'s' if runs != 1 else ''} left out of medians and verdicts "
+                     "as contended")
     return "; ".join(parts) + " ([Checks](#checks))."
 
 
@@ -239,7 +249,7 @@ def checks_section(level_checks: pd.DataFrame, limits: dict[str, tuple[float, fl
     rows = [{"arm": escape_md(r.arm), "backend": escape_md(r.backend), "batch": r.batch, "context": r.context,
              "runs": f"{r.used} of {r.complete}" + (f", {r.left_out} left out ({escape_md(r.left_out_why)})"
                                                      if r.left_out else ""),
-             "checks": escape_md(r.checks) if r.checks else "ok"}
+             "checks": escape_md(r.checks) if r.checks else ("ok" if r.used else "not checked: no run used")}
             for r in level_checks.itertuples(index=False)]
     text, _ = table(rows, [Column("arm", "arm", keep=True), Column("backend", "backend"),
                            Column("batch", "batch", True), Column("context", "context (tokens)", True),

@@ -88,12 +88,13 @@ RATIO_COLUMNS = ["backend", "source", "arm", "context", "batch", "step_1_ms", "s
 
 
 def _ratio_rows(levels: pd.DataFrame, backend: str, arm: str | None, batches: Sequence[int], source: str,
-                why_empty: str) -> list[dict[str, Any]]:
+                why_empty: str, runs: pd.DataFrame | None = None) -> list[dict[str, Any]]:
     sel = levels[(levels["backend"].astype(str) == backend) & (levels["arm"].astype(str) == str(arm))] \
         if len(levels) else levels
     if not len(sel):
+        left = checks.left_out_text(runs, f"of {backend}", backend=backend, arm=arm)
         return [{"backend": backend, "source": source, "arm": arm, "context": None, "batch": None, "step_1_ms": None,
-                 "step_b_ms": None, "ratio": None, "note": why_empty}]
+                 "step_b_ms": None, "ratio": None, "note": f"not measured: {left}" if left else why_empty}]
     rows = []
     for context in sorted(sel["context"].unique()):
         at = sel[sel["context"] == context]
@@ -103,7 +104,11 @@ def _ratio_rows(levels: pd.DataFrame, backend: str, arm: str | None, batches: Se
             big = at[at["batch"] == batch]["decode_step_ms"]
             sb = float(big.iloc[0]) if len(big) else None
             ratio = sb / s1 if s1 and sb and not (math.isnan(s1) or math.isnan(sb)) else None
+            left = "; ".join(t for t in (checks.left_out_text(runs, f"at batch {b}", backend=backend, arm=arm,
+                                                               context=context, batch=b)
+                                         for b in (1, batch) if (s1 if b == 1 else sb) is None) if t)
             note = "" if ratio is not None else (why_empty if why_empty.startswith("not measured: trace-only") else
+                                                 f"not measured: {left}" if left else
                                                  f"not measured: no batch 1 and batch {batch} decode step from counters")
             rows.append({"backend": backend, "source": source, "arm": arm, "context": int(context), "batch": int(batch),
                          "step_1_ms": s1, "step_b_ms": sb, "ratio": ratio, "note": note})
@@ -128,11 +133,11 @@ def ratio_table(tables: DerivedTables, backends: Sequence[str], other_backends: 
     for backend in backends:
         why = (f"not measured: trace-only {no_counters[backend]}" if backend in no_counters
                else "not measured: no complete run in this campaign")
-        rows += _ratio_rows(levels, backend, arm, batches, source, why)
+        rows += _ratio_rows(levels, backend, arm, batches, source, why, tables.runs)
     named = set(backends)
     for label, ref_tables, ref_backend, ref_batches, ref_arm in references:
         rows += _ratio_rows(level_table(ref_tables), ref_backend, ref_arm, [b for b in ref_batches if b != 1], label,
-                            f"not measured: no complete run in {label}")
+                            f"not measured: no complete run in {label}", ref_tables.runs)
         named.add(ref_backend)
     why = "not measured: " + (other_note or "not part of this campaign")
     for backend in other_backends:

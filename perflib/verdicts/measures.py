@@ -148,13 +148,30 @@ def _where(scope: Scope, batch: int | None = None) -> str:
 
 
 def _no_runs(scope: Scope, batch: int | None = None, tables: DerivedTables | None = None) -> Measured:
+    """Why there is no figure at the scope: no request runs, every complete run left out (and why),
+    or no complete run."""
     if scope.no_requests:
         return Measured(None, "", scope.no_requests)
+    left = _left_out(tables, scope, batch)
+    if left:
+        n, why = left
+        return Measured(None, "", f"no run used at {_where(scope, batch)}: {'its' if n == 1 else 'all'} {n} "
+                                  f"complete run{'s' if n != 1 else ''} left out as contended ({why})")
     if tables is not None and scope.arm and not len(_select(tables.runs, replace(scope, context=None, batch=None))):
         # not reached yet, `--only`, or another runner's share
         return Measured(None, "", f"no runs of arm {scope.arm}" + (f" on backend {scope.backend}" if scope.backend
                                                                    else "") + " yet")
     return Measured(None, "", f"no complete run at {_where(scope, batch)}")
+
+
+def _left_out(tables: DerivedTables | None, scope: Scope, batch: int | None) -> tuple[int, str] | None:
+    """(complete runs left out at the scope, the first reason), or None where none was."""
+    runs = tables.runs if tables is not None else None
+    if runs is None or not len(runs) or "left_out" not in runs.columns:
+        return None
+    sel = _select(runs.assign(left_out=""), scope, batch)  # complete runs, left out or not
+    why = [w for w in runs.loc[sel.index, "left_out"].fillna("").astype(str) if w]
+    return (len(why), why[0].removeprefix("contended: ")) if why else None
 
 
 def _no_trace(tables: DerivedTables, scope: Scope, batch: int | None = None) -> Measured:
@@ -310,7 +327,7 @@ def own_step_share(tables: DerivedTables, scope: Scope) -> Measured:
     if own is None and scope.no_requests:
         return Measured(None, "", scope.no_requests)
     if own is None and not len(sel):
-        return _no_runs(scope, tables=tables)
+        return _no_runs(scope, None, tables)
     if own is None:
         return Measured(None, "", f"no own-step share at {_where(scope)} (no complete run or no steady step)")
     prefill, _ = _median(sel, "prefill_share")
@@ -325,7 +342,7 @@ def prefill_share(tables: DerivedTables, scope: Scope) -> Measured:
     """Share of the decode window covered by other requests' prefill."""
     value, n = _median(_select(tables.runs, scope), "prefill_share")
     if value is None:
-        return _no_runs(scope, tables=tables)
+        return _no_runs(scope, None, tables)
     return Measured(value, f"other requests' prefill covers {_pct(value)} of the decode window, median of {n}")
 
 
@@ -455,7 +472,7 @@ def step_over_floor(tables: DerivedTables, scope: Scope) -> Measured:
         return Measured(None, "", "no floor: the candidate names no batch and context for the KV term")
     step, n = _step_of(tables, scope, scope.batch)
     if step is None:
-        return _no_runs(scope, tables=tables)
+        return _no_runs(scope, None, tables)
     floor = floor_ms(scope.weight_bytes, scope.kv_bytes_per_token, scope.context, scope.batch,
                      scope.peak_bandwidth_gbs)
     value = step / floor
@@ -477,9 +494,9 @@ def change_pct(tables: DerivedTables, scope: Scope) -> Measured:
     before, n_b = _median(_select(tables.runs, scope, arm=scope.baseline), column)
     after, n_a = _median(_select(tables.runs, scope, arm=scope.arm), column)
     if before is None:
-        return _no_runs(replace(scope, arm=scope.baseline), tables=tables)
+        return _no_runs(replace(scope, arm=scope.baseline), None, tables)
     if after is None:
-        return _no_runs(scope, tables=tables)
+        return _no_runs(scope, None, tables)
     if before == 0:
         return Measured(None, "", f"{column} is 0 in arm {scope.baseline}")
     value = 100.0 * (after - before) / before

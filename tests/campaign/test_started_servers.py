@@ -311,7 +311,13 @@ def test_a_run_contended_by_a_competing_cpu_job_is_redone_once_the_machine_is_qu
     assert proc.returncode == 0, err
     report = json.loads(out)
     assert report["done"] == ["default/cpu/b1_c32_r1"]
-    assert report["contended"][0].startswith("default/cpu/b1_c32_r1 attempt 1: contended: other processes used")
+    assert report["contended"][0].startswith("default/cpu/b1_c32_r1 attempt 1: contended: ")
+    # said at once, in one line: who used the CPUs, what perflib does, how to override; and the wait at the end
+    told = [line for line in err.splitlines() if line.startswith("perflib: default/cpu/b1_c32_r1 contended (")]
+    assert len(told) == 1 and "busiest other processes: " in told[0] and "--no-contention" in told[0], err
+    assert any(f"(pid {b.pid})" in told[0] for b in burners), told[0]
+    final = rundir.read_manifest(arm_dir / "b1_c32_r1")
+    assert report["kept_contended"] == [] and report["contention_wait_s"] >= 0, (report, final["contention"])
     aside = rundir.read_manifest(arm_dir / "b1_c32_r1.contended-1")
     assert aside["contention"]["contended"] and aside["contention"]["top"]  # who it was, kept
     assert {b.pid for b in burners} <= {t["pid"] for t in aside["contention"]["top"]}

@@ -14,6 +14,33 @@ SWEEP = ["sweep", "--base-url", "http://127.0.0.1:1", "--batch", "1", "--context
 
 def test_the_help_default_is_the_samplers_threshold():
     assert campaign_cmd.CPU_THRESHOLD == load.CPU_THRESHOLD
+    assert campaign_cmd.WAIT_THRESHOLD == load.WAIT_THRESHOLD
+    assert campaign_cmd.PSI_THRESHOLD == load.PSI_THRESHOLD
+
+
+def test_the_collect_notebook_defaults_are_the_samplers():
+    """collect.ipynb run by hand (not by `campaign run`, which passes both) judges as the CLI does."""
+    import nbformat
+    from support import REPO
+
+    book = nbformat.read(REPO / "notebooks" / "collect.ipynb", as_version=4)
+    cell = next(c for c in book.cells if "parameters" in c.metadata.get("tags", []))
+    values: dict = {}
+    exec(cell.source, values)  # noqa: S102 - the notebook's own parameter cell: plain assignments
+    assert values["contention_threshold"] == load.CPU_THRESHOLD and values["wait_threshold"] == load.WAIT_THRESHOLD
+    assert values["psi_threshold"] == load.PSI_THRESHOLD
+
+
+def test_campaign_run_takes_a_wait_threshold_and_a_wait_budget(capsys):
+    args = build_parser().parse_args(["campaign", "run", "c.yaml", "--wait-threshold", "0.8", "--contention-wait", "0",
+                                      "--psi-threshold", "1"])
+    assert args.wait_threshold == 0.8 and args.contention_wait == 0 and args.psi_threshold == 1
+    defaults = build_parser().parse_args(["campaign", "run", "c.yaml"])
+    assert defaults.wait_threshold == load.WAIT_THRESHOLD and defaults.contention_wait == campaign_cmd.WAIT_BUDGET_S
+    for flag, value in (("--wait-threshold", "0"), ("--contention-wait", "-1"), ("--psi-threshold", "1.5")):
+        with pytest.raises(SystemExit):
+            build_parser().parse_args(["campaign", "run", "c.yaml", flag, value])
+        assert flag in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("argv", [SWEEP, ["campaign", "run", "c.yaml"]])

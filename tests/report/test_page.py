@@ -82,6 +82,7 @@ def test_page_sections_units_links_and_verdict_numbers(sample_copy, tmp_path):
                     "## Before / after", "## Cross-backend reference ratio", "## Verdicts", "## Raw data"):
         assert heading in body
     assert " tok/s |" in body and " ms |" in body
+    assert "| mean TTFT |" in body and "each run's mean over its requests" in body  # not a bare "TTFT"
     levels = tables.level_table(derive.build(campaign))
     b1 = levels[(levels["arm"] == "after") & (levels["batch"] == 1)].iloc[0]
     assert f"{b1.decode_step_ms:.2f} ms" in body
@@ -177,3 +178,67 @@ def test_committed_pages_open_with_their_answer(name):
     assert verdict_rows and all(re.search(r"\d", ln.split("|")[3]) for ln in verdict_rows)
     assert text.index("## Verdicts") < text.index("## Per level")
     assert text.count("<details>") >= 3 and text.count("<details>") == text.count("</details>")
+
+
+def test_pages_of_two_data_folders_on_one_day_are_two_pages(sample_copy, tmp_path):
+    """Two `make demo` runs on one UTC day (data/demo/<UTC time>): each page is named by its data
+    folder, rebuilding one rewrites only its own page, and a folder not named by its time never
+    takes the page of another folder of the same day."""
+    campaign = load_campaign(sample_copy)
+    raw = sample_copy.parent / "raw"
+    folders = [tmp_path / "demo" / stamp for stamp in ("2026-12-03T101530Z", "2026-12-03T114501Z")]
+    for folder in folders:
+        shutil.copytree(raw, folder / "raw")
+    reports = tmp_path / "reports"
+    first, second = (report.write_report(campaign, data_dir=folder, reports_dir=reports) for folder in folders)
+    assert (first.name, second.name) == ("sample-2026-12-03T101530Z.md", "sample-2026-12-03T114501Z.md")
+    assert (reports / first.stem / "batch_scaling.png").is_file() and (reports / second.stem).is_dir()
+    before, written = first.read_text(), second.read_text()
+    second.write_text(written + "a line the rebuild removes\n")
+    again = report.write_report(campaign, data_dir=folders[1], reports_dir=reports)
+    assert again == second and again.read_text() == written and first.read_text() == before
+
+    plain = [tmp_path / "a" / "data", tmp_path / "b" / "data"]  # the same run days, folders not named by time
+    for folder in plain:
+        shutil.copytree(raw, folder / "raw")
+    pages = [report.write_report(campaign, data_dir=folder, reports_dir=reports) for folder in plain]
+    assert pages[0].name == f"sample-{report.page_date(report_manifests(campaign, plain[0]))}.md"
+    assert pages[1] != pages[0] and re.fullmatch(r"sample-\d{4}-\d{2}-\d{2}T\d{6}Z\.md", pages[1].name)
+    assert "../a/data/derived/sample/" in pages[0].read_text() and "../b/data/derived/" in pages[1].read_text()
+    assert report.write_report(campaign, data_dir=plain[0], reports_dir=reports) == pages[0]  # its own, again
+
+
+def report_manifests(campaign, data_dir):
+    return [m for _, m in report._manifests(campaign, data_dir)]
+
+
+def test_a_loaded_page_says_what_was_left_out_and_why(sample_copy, tmp_path):
+    """Both batch-1 runs of arm `after` kept complete but marked contended (as `campaign run` keeps
+    them on a loaded machine): no sentence says "no complete run" or that every level passes."""
+    import json
+
+    campaign = load_campaign(sample_copy)
+    why = "contended: the server's and client's threads waited 1.20 s on a run queue per CPU second (threshold 0.50)"
+    for repeat in (1, 2):
+        path = sample_copy.parent / "raw" / "sample" / "after" / "cpu" / f"b1_c128_r{repeat}" / "manifest.json"
+        manifest = json.loads(path.read_text())
+        assert manifest["status"] == "complete"
+        manifest["contention"] = {"available": True, "contended": True, "why": why}
+        path.write_text(json.dumps(manifest))
+    derived = derive.build(campaign)
+    assert list(derived.runs["left_out"].astype(bool)).count(True) == 2
+    body = report.write_report(campaign, reports_dir=tmp_path / "reports").read_text()
+    summary = body.split("## Verdicts")[0]
+    assert "Runs on disk: 8 complete of 8 (2 of them left out of medians and verdicts as contended)." in body
+    assert "all 4 levels pass" not in summary and "2 of 4 levels pass their checks" in summary  # after b2: spread
+    assert "1 of 4 levels not checked, every complete run left out as contended: after b1 c128" in summary
+    assert "2 of 8 complete runs left out of medians and verdicts as contended" in summary
+    assert "no complete run" not in body
+    assert ("no run used at arm after, backend cpu, batch 1, context 128: all 2 complete runs left out as "
+            "contended (the server's and client's threads waited 1.20 s") in body.replace("\\_", "_")
+    per_level = body.split("## Per level")[1].split("\n## ")[0]
+    assert "Not in the table, every complete run left out as contended: after cpu b1 c128 (2 of 2: contended" in per_level
+    checks_rows = body.split("## Checks")[1].split("\n## ")[0]
+    assert "0 of 2, 2 left out (contended: the server" in checks_rows and "not checked: no run used" in checks_rows
+    ratio = tables.ratio_table(derived, ["cpu"], [], [2], ["before", "after"])
+    assert ratio["note"].iloc[0].startswith("not measured: all 2 complete runs at batch 1 left out as contended")

@@ -175,7 +175,7 @@ def test_table_has_units_and_every_level(swept):
                         f"{SHORT},{LONG}", "--decode-tokens", str(DECODE), "--repeats", str(REPEATS),
                         "--out", str(out))
     assert code == 0
-    for header in ("TTFT (ms)", "step, counters (ms)", "steady step, client (ms)", "own-step share (%)"):
+    for header in ("mean TTFT (ms)", "step, counters (ms)", "steady step, client (ms)", "own-step share (%)"):
         assert header in stdout
     assert "absent" in stdout  # llama.cpp has no prefill-chunk counter
     assert stdout.count("\n4 ") + stdout.count("\n1 ") >= 4
