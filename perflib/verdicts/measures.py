@@ -434,8 +434,18 @@ def class_scaling(tables: DerivedTables, scope: Scope) -> Measured:
         return _no_trace(tables, scope)
     if sums_1 is None:
         return _no_trace(tables, scope, 1)
-    if not sums_b.get("ms_per_step") or not sums_1.get("ms_per_step") or not b:
-        return Measured(None, "", f"no {_classes_label(scope)} time per step at batch {b} and batch 1")
+    if sums_b.get("ms_per_step") is None or sums_1.get("ms_per_step") is None or not b:
+        which = [f"batch {n}" for n, sums in ((b, sums_b), (1, sums_1)) if sums.get("ms_per_step") is None]
+        return Measured(None, "", f"no step count at {' and '.join(which) or 'batch 0'}: no time per step of "
+                                  f"{_classes_label(scope)}")
+    if not sums_1["ms_per_step"]:
+        return Measured(None, "", f"no {_classes_label(scope)} kernel at batch 1 to scale from")
+    if not sums_b["ms_per_step"]:  # the batch-B step runs none of them: they cannot grow with the batch
+        top = _top_class(tables, scope)
+        instead = f"; its largest class is {top}" if top else ""
+        return Measured(0.0, f"no {_classes_label(scope)} kernel in the batch-{b} step (0 ms per step, against "
+                             f"{sums_1['ms_per_step']:.2f} ms at batch 1{instead}): 0.00 of linear"
+                             f"{sums_b['guess'] or sums_1['guess']}")
     ratio = sums_b["ms_per_step"] / sums_1["ms_per_step"]
     value = ratio / b
     return Measured(value, f"{_classes_label(scope)} {sums_b['ms_per_step']:.1f} ms per step at batch {b} over "

@@ -374,3 +374,29 @@ def test_a_real_class_absent_from_a_fully_classified_trace_measures_zero():
     # but where a tenth of the kernel time is unclassified, the class could hide there: not measured
     hidden = v.MEASUREMENTS["class_share"].func(_class_tables([("mul_mat_vec", 36.0), ("other", 4.0)]), scope)
     assert hidden.value is None and "10.0% of kernel time is unclassified" in hidden.why
+
+
+def test_a_class_gone_from_the_batch_b_step_scales_as_zero_not_unmeasured():
+    """llama.cpp's CUDA build runs the projections as mul_mat_vec up to batch 8 and as mul_mat_q above
+    (the H200 fa campaign at batch 32): no GEMV in the batch-B step is a measurement, 0 of linear, and the
+    sentence names what runs instead; with no GEMV at batch 1 either there is nothing to scale from."""
+    from perflib.classes import builtin_class_names
+
+    def tables(rows_b: list[tuple[str, float]], rows_1: list[tuple[str, float]]) -> DerivedTables:
+        b, one = _class_tables(rows_b), _class_tables(rows_1)
+        one = DerivedTables(runs=one.runs.assign(batch=1), trace_runs=one.trace_runs.assign(batch=1),
+                            classes=one.classes.assign(batch=1), kernels=one.kernels, gaps=one.gaps, steps=one.steps)
+        return DerivedTables(runs=pd.concat([b.runs, one.runs]), trace_runs=pd.concat([b.trace_runs, one.trace_runs]),
+                             classes=pd.concat([b.classes, one.classes]), kernels=b.kernels, gaps=b.gaps, steps=b.steps)
+
+    scope = v.Scope(arm="a", backend="b", batch=4, classes=("mul_mat_vec",), known_classes=builtin_class_names())
+    gone = v.MEASUREMENTS["class_scaling"].func(tables([("mul_mat_q", 30.0), ("norm", 10.0)],
+                                                       [("mul_mat_vec", 20.0), ("norm", 10.0)]), scope)
+    assert gone.value == 0.0 and "no mul_mat_vec kernel in the batch-4 step" in gone.text
+    assert "4.00 ms at batch 1" in gone.text and "mul_mat_q" in gone.text
+    assert v.decide(gone.value, ">= 0.75", "<= 0.5", "ratio")[0] == v.RULED_OUT
+    never = v.MEASUREMENTS["class_scaling"].func(tables([("mul_mat_q", 30.0), ("norm", 10.0)],
+                                                        [("mul_mat_q", 20.0), ("mul_mat_vec", 0.0)]), scope)
+    assert never.value is None and "no mul_mat_vec kernel at batch 1" in never.why
+    grows = v.MEASUREMENTS["class_scaling"].func(tables([("mul_mat_vec", 40.0)], [("mul_mat_vec", 20.0)]), scope)
+    assert grows.value == pytest.approx(2.0 / 4)
