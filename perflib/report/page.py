@@ -327,7 +327,8 @@ def summary_markdown(campaign: Campaign, tables: DerivedTables, sections: Sequen
     level_checks = checks.level_checks(tables.runs, tables.trace_runs)
     headline = ev.before_after(tables, campaign, [a.name for a in campaign.compared_arms], gates, None)[1]
     question = opening_question(campaign)[0]
-    return sec.summary(question, verdict_list, headline, gates, level_checks, sections, tables.runs)
+    return sec.summary(question, verdict_list, headline, gates, level_checks, sections, tables.runs,
+                       tables.trace_runs)
 
 
 def build_page_data(campaign: Campaign, tables: DerivedTables, data_dir: Path, reports_dir: Path, date: str,
@@ -360,7 +361,8 @@ def build_page_data(campaign: Campaign, tables: DerivedTables, data_dir: Path, r
         **_header(campaign, data_dir, date, tables),
         # the campaign's own question opens the page, above its description; a description opens it itself
         "question": f"**Question.** {escape_md(question)}" if question and source != "description" else "",
-        "summary": sec.summary("", verdict_list, headline, gates, level_checks, present, tables.runs),
+        "summary": sec.summary("", verdict_list, headline, gates, level_checks, present, tables.runs,
+                               tables.trace_runs),
         "sections": [parts[name] for name in present] + [see_also_section(campaign, reports_dir)],
     }
 

@@ -103,7 +103,8 @@ def verdict_rows(verdicts: Sequence[v.Verdict]) -> list[dict[str, str]]:
 
 
 def summary(question: str, verdicts: Sequence[v.Verdict], headline: Sequence[str], gates: Sequence[v.GateResult],
-            level_checks: pd.DataFrame, sections: Sequence[str], runs: pd.DataFrame | None = None) -> str:
+            level_checks: pd.DataFrame, sections: Sequence[str], runs: pd.DataFrame | None = None,
+            trace_runs: pd.DataFrame | None = None) -> str:
     """Long: the page's opening: the question, a verdict per candidate, before/after and gates, what
     was not measured, what was lost (`loss_lines` of `runs`), the checks, and the links to the sections."""
     text, _ = table(verdict_rows(verdicts), [Column("cause", "cause", keep=True), Column("verdict", "verdict"),
@@ -122,7 +123,7 @@ def summary(question: str, verdicts: Sequence[v.Verdict], headline: Sequence[str
     if by_why:
         bullets.append("- **Not measured.** " + "; ".join(f"{escape_md(', '.join(labels))}: {escape_md(why)}"
                                                         for why, labels in by_why.items()))
-    bullets += loss_lines(runs)
+    bullets += loss_lines(runs, trace_runs)
     bullets.append("- **Checks.** " + _checks_line(level_checks))
     links = " · ".join(f"[{s}](#{anchor(s)})" for s in sections)
     return join(*lines, "\n".join(bullets), f"Sections: {links}" if links else "")
@@ -161,11 +162,13 @@ def _some(items: list[str]) -> str:
                     if len(items) > SHOWN else "")
 
 
-def loss_lines(runs: pd.DataFrame | None) -> list[str]:
+def loss_lines(runs: pd.DataFrame | None, trace_runs: pd.DataFrame | None = None) -> list[str]:
     """The first screen's account of what was lost, from runs.csv (`perflib.derive`): runs that did not
     complete, runs whose trace does not cover their window or was lost (their trace figures are not
     used), and the server starts whose profiler reported a loss (its exit, its loss lines, its dropped
-    records), each with why. The same runs `perflib campaign run` and `report` print as failed and partial."""
+    records), each with why. The same runs `perflib campaign run` and `report` print as failed and partial.
+    Where traces were attributed and nothing was lost, one line says so: a page that is silent about its
+    traces cannot be told from one that never looked."""
     if runs is None or not len(runs):
         return []
     out = []
@@ -190,6 +193,10 @@ def loss_lines(runs: pd.DataFrame | None) -> list[str]:
             whole = int((group["_t"] == "").sum())
             out.append(f"- **Profiler losses.** {escape_md(arm)}/{escape_md(backend)} ({len(group)} runs): "
                        f"{escape_md(text)}; the traces of {whole} of these {len(group)} runs cover their windows.")
+    traced = 0 if trace_runs is None else len(trace_runs)
+    if traced and not out:
+        out.append(f"- **Traces.** All {traced} traced runs' traces cover their windows and were attributed whole; "
+                   "no run failed and no profiler reported a loss.")
     return out
 
 

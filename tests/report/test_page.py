@@ -158,7 +158,7 @@ def test_see_also_links_existing_pages_only(tmp_path):
     assert links[2]["href"] == "https://example.org/p"
 
 
-@pytest.mark.parametrize("name", ["cpu-reference", "cuda-h200", "cuda-h200-batch", "h200-pytorch"])
+@pytest.mark.parametrize("name", ["cpu-reference", "cuda-h200", "cuda-h200-batch", "cuda-h200-fa", "h200-pytorch"])
 def test_committed_pages_open_with_their_answer(name):
     """Summary first: the question, a verdict row per measured candidate with its number, the checks,
     all before the first section, in a screenful; the bulk is collapsed in <details>."""
@@ -242,3 +242,22 @@ def test_a_loaded_page_says_what_was_left_out_and_why(sample_copy, tmp_path):
     assert "0 of 2, 2 left out (contended: the server" in checks_rows and "not checked: no run used" in checks_rows
     ratio = tables.ratio_table(derived, ["cpu"], [], [2], ["before", "after"])
     assert ratio["note"].iloc[0].startswith("not measured: all 2 complete runs at batch 1 left out as contended")
+
+
+def test_the_first_screen_says_traces_are_whole_only_when_nothing_was_lost():
+    """A page silent about its traces cannot be told from one that never looked: with traces attributed and
+    no loss, one line says so; a lost trace or a profiler loss replaces it with the loss."""
+    import pandas as pd
+
+    from perflib.report import sections as sec
+
+    keys = {"arm": "a-traced", "backend": "cuda", "batch": 32, "context": 1024}
+    runs = pd.DataFrame([{**keys, "repeat": r, "status": "complete", "trace_loss": "", "profiler_loss": ""}
+                         for r in (1, 2)])
+    trace_runs = pd.DataFrame([{**keys, "repeat": r} for r in (1, 2)])
+    (line,) = sec.loss_lines(runs, trace_runs)
+    assert line.startswith("- **Traces.** All 2 traced runs' traces cover their windows")
+    assert sec.loss_lines(runs, trace_runs.iloc[:0]) == []  # nothing traced: nothing to say
+    runs.loc[1, "trace_loss"] = "capture ended 412 ms into the 1.91 s decode window"
+    lines = sec.loss_lines(runs, trace_runs.iloc[:1])
+    assert len(lines) == 1 and lines[0].startswith("- **Trace lost.** a-traced/cuda/b32\\_c1024\\_r2: capture ended")
