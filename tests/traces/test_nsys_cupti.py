@@ -216,6 +216,29 @@ def test_cupti_real_h200_capture() -> None:
     assert trace.meta["overhead_records"] == sum(line.startswith("OVERHEAD ") for line in lines)
 
 
+def test_perflib_cupti_library_capture_on_the_h200() -> None:
+    """A whole capture by perflib's own CUPTI library (20 eager steps, then 20 CUDA-graph replays of 34
+    kernel nodes): every kernel the program launched is in it, graph replays included, and the reader
+    takes it whole, as its stats beside it count it (scripts/h200/cupti_perflib.sh)."""
+    import json
+
+    path = TRACES / "perflib_cupti_h200_decode_like.txt.gz"
+    stats = json.loads((TRACES / "perflib_cupti_h200_decode_like.stats.json").read_text())
+    lines = gzip.decompress(path.read_bytes()).decode().splitlines()
+    by_kind: dict[str, int] = {}
+    for line in lines:
+        kind = line.split(" ", 1)[0] if line and not line[0].isspace() else None
+        if kind in stats["records_by_kind"]:
+            by_kind[kind] = by_kind.get(kind, 0) + 1
+    assert by_kind == stats["records_by_kind"] and stats["dropped_records"] == 0 and stats["complete"] is True
+    trace = read_trace(path)
+    kinds = trace.dispatches["kind"].value_counts().to_dict()
+    assert kinds == {"kernel": 1360, "memcpy": 81, "memset": 43}
+    assert kinds["kernel"] == stats["records_by_kind"]["CONCURRENT_KERNEL"]
+    assert trace.meta["malformed_record_lines"] == 0 and trace.meta["graph_launched"] >= 20
+    assert len(trace.api) == stats["records_by_kind"]["RUNTIME"] + stats["records_by_kind"]["DRIVER"]
+
+
 def test_cupti_record_garbled_by_interleaved_server_output_is_skipped_and_counted(tmp_path):
     """The H200 campaign lost a trace this way: llama-server's stdout landed inside a record line."""
     from perflib.traces.cupti_text import read_cupti_text
