@@ -420,18 +420,29 @@ def find_trace(run: Path | str, manifest: Mapping[str, Any] | None = None) -> Pa
 # ------------------------------------------------------------------------------------- JSON Lines
 
 
+def read_json_object(path: Path | str) -> dict[str, Any]:
+    """A small JSON record perflib itself wrote (server.json, a claim), read leniently: {} where it is
+    missing, unreadable, not JSON or not an object (a crash between create and write leaves it empty)."""
+    try:
+        doc = json.loads(Path(path).read_text())
+    except (OSError, ValueError):
+        return {}
+    return doc if isinstance(doc, dict) else {}
+
+
+def server_starts(path: Path | str) -> list[dict[str, Any]]:
+    """The `starts` of a `server.json` (every start of an (arm, backend) server), [] where it has none."""
+    starts = read_json_object(path).get("starts")
+    return [s for s in starts if isinstance(s, dict)] if isinstance(starts, list) else []
+
+
 def server_start_of(run: Path | str) -> dict[str, Any] | None:
     """The start of the server that served a campaign run folder: the last entry of the `server.json`
     beside it whose `runs` name this run (`<arm>/<backend>/<folder>`); None where there is no record, or
     none names the run (a server perflib did not start)."""
     run = Path(run)
-    try:
-        doc = json.loads((run.parent / SERVER_RECORD).read_text())
-    except (OSError, ValueError):
-        return None
-    starts = doc.get("starts") if isinstance(doc, dict) else None
     label = f"{run.parent.parent.name}/{run.parent.name}/{run.name}"
-    mine = [s for s in starts or [] if isinstance(s, dict) and label in (s.get("runs") or [])]
+    mine = [s for s in server_starts(run.parent / SERVER_RECORD) if label in (s.get("runs") or [])]
     return mine[-1] if mine else None
 
 

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from perflib import rundir
 from perflib.campaign.servers import host_name
 from perflib.server import lifetime
 
@@ -49,24 +50,11 @@ class Claim:
                 self.path.unlink()
 
 
-def _read(path: Path) -> dict[str, Any]:
-    try:
-        obj = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return {}
-    return obj if isinstance(obj, dict) else {}
+_read = rundir.read_json_object
 
 
 def _pid_alive(pid: Any) -> bool:
-    if not isinstance(pid, int) or pid <= 0:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+    return isinstance(pid, int) and not isinstance(pid, bool) and pid > 0 and lifetime.pid_exists(pid)
 
 
 def _same_process(info: dict[str, Any]) -> bool:

@@ -398,7 +398,7 @@ def stop_orphans(campaign: Campaign, data: Path, log: Any = None, grace_s: float
                     stopped.append(line)
                     say(line)
             if repr(starts) != before:
-                record = _read_record(path)
+                record = rundir.read_json_object(path)
                 record["starts"] = starts
                 rundir.write_json_atomic(path, record)
     return stopped
@@ -427,25 +427,8 @@ def _stop_orphan(start: dict[str, Any], arm_dir: Path, grace_s: float | None) ->
             + (f", {len(killed)} of them with SIGKILL after {grace:g} s" if killed else ""))
 
 
-def _read_record(path: Path) -> dict[str, Any]:
-    import json
-
-    try:
-        record = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return {}
-    return record if isinstance(record, dict) else {}
-
-
-def earlier_starts(path: Path) -> list[dict[str, Any]]:
-    """The `starts` of an existing server.json (an earlier invocation of the campaign), else none."""
-    import json
-
-    try:
-        starts = json.loads(path.read_text()).get("starts")
-    except (OSError, ValueError, AttributeError):
-        return []
-    return [s for s in starts if isinstance(s, dict)] if isinstance(starts, list) else []
+earlier_starts = rundir.server_starts
+"""The `starts` of an existing server.json (an earlier invocation of the campaign), else none."""
 
 
 def _await_files(directory: Path, before: set[Path], timeout_s: float) -> list[Path]:

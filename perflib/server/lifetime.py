@@ -62,7 +62,7 @@ class Identity:
         """The process `pid` now, or None where there is none."""
         stat = _stat(pid)
         if stat is None:
-            return cls(pid, None, None) if not PROC.is_dir() and _pid_exists(pid) else None
+            return cls(pid, None, None) if not PROC.is_dir() and pid_exists(pid) else None
         return cls(pid, stat[2], boot_id())
 
     @classmethod
@@ -85,7 +85,7 @@ class Identity:
         """Whether this very process still runs: the same pid, start time and boot, and not a zombie."""
         stat = _stat(self.pid)
         if stat is None:
-            return self.start is None and not PROC.is_dir() and _pid_exists(self.pid)
+            return self.start is None and not PROC.is_dir() and pid_exists(self.pid)
         if stat[1] in ("Z", "X"):
             return False
         if self.boot is not None and boot_id() not in (None, self.boot):
@@ -103,7 +103,8 @@ class Identity:
         return True
 
 
-def _pid_exists(pid: int) -> bool:
+def pid_exists(pid: int) -> bool:
+    """Whether a process of that pid exists (any owner; a zombie counts: /proc-free fallback)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:

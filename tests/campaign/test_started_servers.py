@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from faultkit import server_record
 from support import REPO
 
 from perflib import campaign as pc
@@ -90,13 +91,6 @@ def standin(tmp_path: Path, name: str) -> Path:
     path.write_text(f"#!/bin/sh\nexec {sys.executable} {STANDINS / name} \"$@\"\n")
     path.chmod(0o755)
     return path
-
-
-def server_record(arm_dir: Path) -> dict:
-    try:
-        return json.loads((arm_dir / "server.json").read_text())
-    except (OSError, ValueError):
-        return {}
 
 
 def pid_gone(pid: int) -> bool:
