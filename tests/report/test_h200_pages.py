@@ -16,7 +16,7 @@ import statistics
 from pathlib import Path
 
 import pytest
-from support import REPO
+from support import REPO, write_page
 
 CAMPAIGNS = ("cuda-h200", "h200-pytorch", "cpu-reference")
 
@@ -31,7 +31,6 @@ def _committed_page(name: str) -> Path:
 @pytest.fixture(scope="module")
 def rebuilt(tmp_path_factory) -> dict[str, Path]:
     """Copy campaigns, raw data and reports into a tmp tree and rebuild the three pages there."""
-    from perflib import report
     from perflib.campaign import load_campaign
 
     root = tmp_path_factory.mktemp("h200")
@@ -42,7 +41,7 @@ def rebuilt(tmp_path_factory) -> dict[str, Path]:
     shutil.copytree(REPO / "reports", root / "reports", ignore=shutil.ignore_patterns("demo-*"))
     pages = {}
     for name in ("cpu-reference", "h200-pytorch", "cuda-h200"):
-        pages[name] = report.write_report(load_campaign(root / "campaigns" / f"{name}.yaml"))
+        pages[name] = write_page(load_campaign(root / "campaigns" / f"{name}.yaml"))
     return pages
 
 
