@@ -347,7 +347,8 @@ def _read_csv(path: Path, columns: Sequence[str], dtype: Any = None) -> pd.DataF
     """A table `write` wrote (text columns as written, '' for empty with `dtype=str`)."""
     if not path.is_file():
         raise InputError(path, None, "a table written by perflib campaign report", "no such file")
-    frame = pd.read_csv(path, dtype=dtype, keep_default_na=dtype is not str) if path.stat().st_size else _empty(columns)
+    frame = (pd.read_csv(path, dtype=dtype, keep_default_na=dtype is not str, **derive.ROUND_TRIP)
+             if path.stat().st_size else _empty(columns))
     missing = [c for c in columns if c not in frame.columns]
     if missing:
         raise InputError(path, "header", f"the columns {', '.join(columns)}", f"none named {', '.join(missing)}")
