@@ -3,7 +3,8 @@
 `build(campaign)` reads every run folder (`perflib.runs.summarize_run`) and every trace the
 runs point to (`perflib.traces.read_trace`, windowed to the level by the manifest clocks and
 attributed by `perflib.attribution.summarize`); `write(tables, out_dir)` writes the CSV files with
-sorted rows and fixed float formats, so that a rebuild gives the same bytes.
+sorted rows and floats that read back exactly (`read`), so that a rebuild gives the same bytes and a
+page drawn from them is the page drawn from `data/raw`.
 """
 
 from __future__ import annotations
@@ -39,7 +40,12 @@ SORT: dict[str, list[str]] = {
     "gaps": KEYS, "steps": KEYS + ["step"],
 }
 GAP_ORDER = ["<10us", "10-50us", "50-200us", "0.2-1ms", "1-5ms", ">=5ms"]
-FLOAT_FORMAT = "%.6g"
+FLOAT_FORMAT = None
+"""Floats as Python's shortest repr that reads back as the same number (with `ROUND_TRIP`): a page drawn
+from `data/derived` alone is then the page drawn from `data/raw`, to the last digit it shows (six
+significant digits turned 168.785 into 168.79 on one and 168.78 on the other)."""
+ROUND_TRIP = {"float_precision": "round_trip"}
+"""How `read` (and `perflib.pageinputs.read`) parse the floats back: exactly, not pandas' fast parser."""
 
 
 def empty(name: str) -> pd.DataFrame:
@@ -339,7 +345,7 @@ def read(out_dir: Path) -> DerivedTables:
     frames = {}
     for name in COLUMNS:
         path = out_dir / f"{name}.csv"
-        frames[name] = pd.read_csv(path) if path.is_file() and path.stat().st_size else empty(name)
+        frames[name] = pd.read_csv(path, **ROUND_TRIP) if path.is_file() and path.stat().st_size else empty(name)
     notes_path = out_dir / "notes.json"
     notes = tuple(json.loads(notes_path.read_text())) if notes_path.is_file() else ()
     return DerivedTables(**frames, notes=notes)

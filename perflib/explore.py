@@ -2,8 +2,9 @@
 
 It reads the campaign file and derives the tables from `data/raw` on first use (nothing is
 cached on disk, so a notebook always shows what the raw data says), and delegates each question
-to a pure function: the derived tables (`perflib.derive`), verdicts (`perflib.verdicts`), the page's
-tables (`perflib.report.tables`) and its figures (`perflib.report.figures`).
+to a pure function: the derived tables (`perflib.derive`), the page's other inputs
+(`perflib.pageinputs`), verdicts (`perflib.verdicts`), the page's tables (`perflib.report.tables`)
+and its figures (`perflib.report.figures`).
 """
 
 from __future__ import annotations
@@ -13,10 +14,10 @@ from pathlib import Path
 
 import pandas as pd
 
-from perflib import derive
+from perflib import derive, pageinputs
 from perflib import verdicts as verdict_mod
 from perflib.campaign import load_campaign
-from perflib.config import Campaign, replace_data_dir
+from perflib.config import Campaign, opening_question, replace_data_dir
 from perflib.errors import InputError
 from perflib.report import figures, markdown, page
 from perflib.report import tables as page_tables
@@ -88,7 +89,7 @@ class CampaignView:
         return page_tables.ratio_table(self.tables, [b.name for b in self.campaign.backends],
                                   self.campaign.other_backends, self.campaign.batches,
                                   [a.name for a in self.campaign.compared_arms],
-                                  references=page_tables.reference_tables(self.campaign),
+                                  references=pageinputs.references(self.campaign),
                                   other_note=self.campaign.other_backends_note)
 
     def verdict_list(self) -> list[verdict_mod.Verdict]:
@@ -129,7 +130,8 @@ class CampaignView:
     def summary(self) -> markdown.MarkdownText:
         """The page's opening: the verdict per candidate, the before/after headline and gates, what was
         not measured, the checks (rendered as Markdown in Jupyter and in the export)."""
-        return markdown.MarkdownText(page.summary_markdown(self.campaign, self.tables))
+        return markdown.MarkdownText(page.summary_markdown(self.campaign, self.tables,
+                                                           opening_question(self.campaign)[0]))
 
     @staticmethod
     def markdown(frame: pd.DataFrame, digits: int = 3) -> markdown.MarkdownText:
@@ -142,8 +144,8 @@ class CampaignView:
 
     def write_report(self, reports_dir: str | Path | None = None, date: str | None = None) -> Path:
         self.write_derived()
-        return page.write_report(self.campaign, reports_dir=Path(reports_dir) if reports_dir else None, date=date,
-                                   tables=self.tables)
+        inputs = pageinputs.build_and_write(self.campaign, reports_dir=Path(reports_dir) if reports_dir else None)
+        return page.write_report(self.campaign, self.tables, inputs, date)
 
 
 SAMPLE_CAMPAIGN = Path(__file__).resolve().parents[1] / "tests" / "data" / "campaign-sample" / "campaign.yaml"

@@ -164,3 +164,13 @@ def no_process_left(grace_s: float = 10.0) -> Iterator[None]:
         if left and not failed:
             raise AssertionError("processes left alive by the test: "
                                  + "; ".join(f"pid {pid}: {cmd}" for (pid, _), cmd in sorted(left.items())))
+
+
+def write_page(campaign, data_dir: Path | None = None, reports_dir: Path | None = None, date: str | None = None,
+               tables=None) -> Path:
+    """The page as `perflib campaign report` writes it: the derived tables and the page's other inputs
+    built and written first (`perflib.derive`, `perflib.pageinputs`), then the page drawn from them."""
+    from perflib import derive, pageinputs, report
+
+    tables = tables if tables is not None else derive.build_and_write(campaign, data_dir)
+    return report.write_report(campaign, tables, pageinputs.build_and_write(campaign, data_dir, reports_dir), date)

@@ -206,3 +206,162 @@ def test_the_trace_reach_check_sees_readers_imported_anywhere(tmp_path):
         "perflib.commands.trace": ["BAD from perflib.traces.prefetch", "BAD rocprof_csv", "ok read_trace"],
         "perflib.cut": ["BAD parquet", "ok read_trace"],
     }
+
+
+# ------------------------------------------------------------------------ the page reads no file
+
+FILE_OPS = frozenset({
+    "open", "read_text", "read_bytes", "write_text", "write_bytes", "exists", "is_file", "is_dir", "is_symlink",
+    "glob", "rglob", "iterdir", "stat", "lstat", "resolve", "readlink", "samefile", "unlink", "mkdir", "rmdir",
+    "touch", "listdir", "scandir", "walk", "load", "safe_load", "read_csv", "read_json", "read_parquet",
+    "read_table", "read_pickle", "read_excel", "read_sql", "read_feather", "copy2", "copyfile", "copytree",
+    "rmtree", "FileSystemLoader", "PackageLoader",
+})
+"""Python's, pandas', json's, yaml's and jinja2's ways to open, read, list, ask about or change a file or
+folder, by the name a call ends in (`Path(p).read_text()`, `json.load(f)`, `pd.read_csv(p)`, `open(p)`)."""
+
+PAGE_WRITES = {
+    ("perflib.report.page.write_report", "perflib.rundir.write_atomic"): "the page",
+    ("perflib.report.page.write_report", "mkdir"): "the reports folder",
+    ("perflib.report.page.write_report", "unlink"): "a figure no longer drawn, so no stale PNG stays",
+    ("perflib.report.figures.save_figure", "perflib.rundir.write_atomic"): "a figure's PNG",
+    ("perflib.report.page.render", "FileSystemLoader"): "the page's own template (package data, not an input)",
+}
+"""The only file operations of `perflib.report`: (the function, what it calls) -> what it writes."""
+
+COMMON_METHODS = frozenset(name for kind in (str, bytes, list, tuple, dict, set, int, float, object) for name in dir(kind))
+"""Method names of Python's own types: `x.add(...)` on a set is not a perflib method of that name."""
+
+
+def definitions(mods: dict[str, Path]) -> tuple[dict[str, tuple[ast.AST, str, str | None]], dict[str, dict[str, str]]]:
+    """(qualified name -> (function node, module, class) for every function and method; module -> its
+    local names -> what they import, qualified)."""
+    defs: dict[str, tuple[ast.AST, str, str | None]] = {}
+    names: dict[str, dict[str, str]] = {}
+    for mod, path in mods.items():
+        tree = ast.parse(path.read_text())
+        local: dict[str, str] = {}
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                for a in node.names:
+                    local[a.asname or a.name.split(".")[0]] = a.name if a.asname else a.name.split(".")[0]
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    parts = mod.split(".") if path.name == "__init__.py" else mod.split(".")[:-1]
+                    parts = parts[: len(parts) - node.level + 1]
+                    base = ".".join([*parts, base] if base else parts)
+                local.update({a.asname or a.name: f"{base}.{a.name}" for a in node.names})
+        names[mod] = local
+        defs[f"{mod}.<module>"] = (ast.Module(body=[n for n in tree.body if not isinstance(
+            n, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef)], type_ignores=[]), mod, None)
+        for node in tree.body:
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                defs[f"{mod}.{node.name}"] = (node, mod, None)
+            elif isinstance(node, ast.ClassDef):
+                defs.update({f"{mod}.{node.name}.{m.name}": (m, mod, node.name) for m in node.body
+                             if isinstance(m, ast.FunctionDef | ast.AsyncFunctionDef)})
+    return defs, names
+
+
+def call_targets(call: ast.Call, mod: str, cls: str | None, defs: dict, names: dict, mods: dict) -> tuple[str, ...]:
+    """What a call may run: a file operation's name, or the qualified perflib functions it names (through
+    imports and a package's re-exports); for `obj.m()` on an object of unknown type, every perflib method
+    named m (the call touches files only where all of them do). () for anything else."""
+
+    def follow(qualified: str, depth: int = 0) -> str:
+        mod_, _, name = qualified.rpartition(".")
+        if depth < 8 and mod_ in names and name in names[mod_]:  # a package's re-export wins over a submodule
+            return follow(names[mod_][name], depth + 1)
+        return qualified
+
+    func = call.func
+    if isinstance(func, ast.Name):
+        if func.id in FILE_OPS:
+            return (func.id,)
+        own = f"{mod}.{func.id}"
+        return (own,) if own in defs else (follow(names[mod][func.id]),) if func.id in names[mod] else ()
+    if not isinstance(func, ast.Attribute):
+        return ()
+    value = func.value
+    if isinstance(value, ast.Name) and value.id in ("self", "cls") and cls:
+        return (f"{mod}.{cls}.{func.attr}",)
+    if isinstance(value, ast.Name) and value.id in names[mod]:
+        base = follow(names[mod][value.id])
+        if base in mods:
+            return (follow(f"{base}.{func.attr}"),)
+    if func.attr in FILE_OPS:
+        return (func.attr,)
+    if func.attr in COMMON_METHODS or func.attr.startswith("__"):
+        return ()
+    return tuple(q for q, (_, _, c) in defs.items() if c and q.endswith(f".{c}.{func.attr}"))
+
+
+def file_access(mods: dict[str, Path], allowed: dict[tuple[str, str], str]) -> dict[str, list[str]]:
+    """Function -> its calls that touch a file or folder, directly (a `FILE_OPS` name) or through a perflib
+    function that does, however deep; the (function, call) pairs in `allowed` are not counted."""
+    defs, names = definitions(mods)
+    calls = {q: [(c.lineno, call_targets(c, mod, cls, defs, names, mods)) for c in ast.walk(node)
+                 if isinstance(c, ast.Call)] for q, (node, mod, cls) in defs.items()}
+    touching: set[str] = set()
+
+    def touches(q: str, targets: tuple[str, ...]) -> bool:
+        return bool(targets) and all((t in FILE_OPS or t in touching) and (q, t) not in allowed for t in targets)
+
+    while new := {q for q, cs in calls.items() if q not in touching and any(touches(q, ts) for _, ts in cs)}:
+        touching |= new
+    return {q: [f"line {line}: {' | '.join(ts)}" for line, ts in cs if touches(q, ts)]
+            for q, cs in calls.items() if q in touching}
+
+
+def page_reads(mods: dict[str, Path], allowed: dict[tuple[str, str], str]) -> dict[str, list[str]]:
+    """The file accesses of `perflib.report`'s functions, each named by the call that makes it, not by a
+    function of the page calling another."""
+    found = file_access(mods, allowed)
+    return {q: [a for a in accesses if not a.split(": ", 1)[1].startswith("perflib.report.")]
+            for q, accesses in found.items() if q.startswith("perflib.report.")}
+
+
+def test_the_page_reads_no_file():
+    """`perflib.report` renders the derived tables and the page's inputs (`perflib.pageinputs`), resolved
+    before it is called: apart from the page, its PNGs and its template (`PAGE_WRITES`), no function of it
+    opens, reads, lists or asks about a file, nor calls a perflib function that does (`derive.build`,
+    `rundir.read_manifest`, `campaign.run_folders()`, `config.opening_question` ...)."""
+    assert {q: a for q, a in page_reads(modules(), PAGE_WRITES).items() if a} == {}
+
+
+def test_the_page_read_check_sees_every_way_to_read(tmp_path):
+    """A JSON read, a method that lists folders, a perflib reader through its package's re-export, one
+    reached through a helper of the page, and a write not on the list are each caught; the listed write is not."""
+    files = {
+        "perflib.rundir": "import os\ndef read_manifest(p):\n    return open(p).read()\n"
+                          "def write_atomic(p, t):\n    with open(p, 'w') as f:\n        f.write(t)\n"
+                          "def list_runs(root):\n    return sorted(root.iterdir())\ndef safe_name(n):\n    return n\n",
+        "perflib.config": "from perflib.config.loader import read_campaign\n",
+        "perflib.config.loader": "import yaml\ndef read_campaign(p):\n    return yaml.safe_load(p)\n",
+        "perflib.config.model": "from perflib import rundir\nclass Campaign:\n    def run_folders(self):\n"
+                                "        return rundir.list_runs(self.root)\n    def where(self):\n        return 1\n",
+        "perflib.report.page": "import json\nfrom pathlib import Path\nfrom perflib import rundir\n"
+                               "from perflib.config import read_campaign\n"
+                               "def a(p):\n    return json.loads(Path(p).read_text())\n"
+                               "def b(campaign):\n    return campaign.run_folders(), campaign.where()\n"
+                               "def c(p):\n    return rundir.read_manifest(p), rundir.safe_name(p)\n"
+                               "def d(p):\n    return read_campaign(p)\n"
+                               "def e(p):\n    rundir.write_atomic(p, 'x')\n"
+                               "def _helper(p):\n    return p.exists()\n"
+                               "def f(p):\n    return _helper(p), {1}.add(2)\n"
+                               "def write_report(p):\n    rundir.write_atomic(p, 'x')\n    f(p)\n",
+    }
+    mods = {}
+    for name, text in files.items():
+        path = tmp_path / (name.replace(".", "_") + ("/__init__.py" if name == "perflib.config" else ".py"))
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+        mods[name] = path
+    found = page_reads(mods, {("perflib.report.page.write_report", "perflib.rundir.write_atomic"): "the page"})
+    assert {q: len(a) for q, a in found.items()} == {
+        "perflib.report.page.a": 1, "perflib.report.page.b": 1, "perflib.report.page.c": 1,
+        "perflib.report.page.d": 1, "perflib.report.page.e": 1, "perflib.report.page._helper": 1,
+        "perflib.report.page.f": 0, "perflib.report.page.write_report": 0}
+    assert found["perflib.report.page.b"] == ["line 8: perflib.config.model.Campaign.run_folders"]
+    assert found["perflib.report.page.d"] == ["line 12: perflib.config.loader.read_campaign"]

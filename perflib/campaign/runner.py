@@ -165,10 +165,10 @@ def run_campaign(campaign: Campaign, data_dir: Path | None = None, reports_dir: 
         state.bar.close()
     tables, page = None, None
     if write_page:
-        from perflib import derive, report  # pandas, matplotlib, jinja2: only for the page
+        from perflib import derive, pageinputs, report  # pandas, matplotlib, jinja2: only for the page
 
         tables = derive.build_and_write(campaign, data)
-        page = report.write_report(campaign, data_dir=data, reports_dir=reports_dir, tables=tables)
+        page = report.write_report(campaign, tables, pageinputs.build_and_write(campaign, data, reports_dir))
     failed, partial = _failed_and_partial(campaign, data, state.failed, tables)
     return CampaignResult(tuple(state.done), tuple(skipped), failed, tuple(state.contended), page,
                           tuple(state.claimed), partial, _on_disk(tables), _guessed(tables), tuple(orphans),

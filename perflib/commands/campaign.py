@@ -217,14 +217,14 @@ def run(args: argparse.Namespace) -> int:
 def report(args: argparse.Namespace) -> int:
     import json
 
-    from perflib import derive
+    from perflib import derive, pageinputs
     from perflib.campaign import export_notebook
     from perflib.report import write_report
     from perflib.report.sections import loss_lines
 
     campaign = _load(args)
     tables = derive.build_and_write(campaign)
-    page = write_report(campaign, date=args.date, tables=tables)
+    page = write_report(campaign, tables, pageinputs.build_and_write(campaign), date=args.date)
     exported = export_notebook(campaign) if args.notebook_export else None
     state = _run_states(campaign, tables)
     if args.json:

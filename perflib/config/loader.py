@@ -131,15 +131,14 @@ def playbook_path(name: str) -> Path:
 
 
 def playbook_question(name: str | None) -> str:
-    """A built-in playbook's generic question (its `description`); '' without one or where unreadable."""
+    """A built-in playbook's generic question (its `description`), '' without a playbook or a description.
+    The playbook is read and checked as its candidates are (`read_playbook`): one that is missing or
+    malformed is an error naming it, not a page that silently opens with nothing."""
     if not name:
         return ""
-    import yaml
-
-    try:
-        return str((yaml.safe_load(playbook_path(name).read_text()) or {}).get("description") or "")
-    except (OSError, ValueError, yaml.YAMLError, PerflibError):
-        return ""
+    path = playbook_path(name)
+    doc, lines = _parse_yaml(path)
+    return build(Playbook, doc if doc is not None else {}, Context(path, lines)).description or ""
 
 
 def opening_question(campaign: Campaign) -> tuple[str, str]:

@@ -1,4 +1,5 @@
-"""The results page: tables, figures, and the Markdown page that holds them.
+"""The results page: tables, figures, and the Markdown page that holds them, rendered from the derived
+tables (`perflib.derive`) and the page's other inputs (`perflib.pageinputs`) alone: nothing here reads a file.
 
 - `tables`: the page's tables as DataFrames (also `perflib.open_campaign`'s).
 - `figures`: the page's figures.

@@ -10,6 +10,7 @@ import pandas as pd
 
 from perflib.config import Campaign
 from perflib.derive import DerivedTables
+from perflib.pageinputs import Reference
 from perflib.report import tables as tb
 from perflib.report.markdown import Column, dropped_line, join, table
 from perflib.report.sections import section, spread
@@ -267,9 +268,9 @@ def floor(tables: DerivedTables, campaign: Campaign, figure: dict | None) -> str
     return section("Step over floor", join(intro, note), text, f"{len(rows)} levels", figure)
 
 
-def ratio(tables: DerivedTables, campaign: Campaign, arms: Sequence[str]) -> str:
+def ratio(tables: DerivedTables, campaign: Campaign, arms: Sequence[str], references: Sequence[Reference]) -> str:
     frame = tb.ratio_table(tables, [b.name for b in campaign.backends], campaign.other_backends, campaign.batches,
-                           arms, references=tb.reference_tables(campaign), other_note=campaign.other_backends_note,
+                           arms, references=references, other_note=campaign.other_backends_note,
                            no_counters={b.name: "backend (profiler captures, no /metrics)"
                                         for b in campaign.backends if b.trace_only})
     rows = [{"backend": escape_md(r.backend), "source": escape_md(r.source), "context": int_or_na(r.context),

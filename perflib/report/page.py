@@ -1,5 +1,10 @@
 """The results page: the derived tables, verdicts and figures rendered to Markdown with jinja2.
 
+It renders data and reads no file: the six derived tables (`perflib.derive`) and the page's other
+inputs (`perflib.pageinputs`: run folders, environment, references, question, notes, see-also, the
+reports folder's pages) are resolved before `write_report` is called, which only writes the page and
+its PNGs (tests/test_architecture.py checks that no read creeps in).
+
 Everything is deterministic so `perflib campaign report` rebuilds the same bytes: rows are
 sorted, numbers have fixed formats, PNGs carry no software/date metadata, and the page date
 (the day the campaign's last run ended, from the manifests) appears in one line and the page's
@@ -8,9 +13,7 @@ file names only. Kernel names and other free text pass through `escape_md`.
 
 from __future__ import annotations
 
-import contextlib
 import datetime as dt
-import json
 import os
 import re
 from collections.abc import Sequence
@@ -19,11 +22,12 @@ from typing import Any
 
 import pandas as pd
 
-from perflib import checks, derive, rundir
+from perflib import checks, rundir
 from perflib import verdicts as v
-from perflib.config import Campaign, opening_question
+from perflib.config import Campaign
 from perflib.derive import DerivedTables
-from perflib.errors import InputError, PerflibError
+from perflib.errors import PerflibError
+from perflib.pageinputs import DERIVED_NOTE, PageInputs
 from perflib.report import evidence as ev
 from perflib.report import figures as fig
 from perflib.report import markdown as mdt
@@ -34,14 +38,14 @@ from perflib.report.text import escape_md, fmt
 TEMPLATES = Path(__file__).parent / "templates"
 
 
-def page_date(manifests: Sequence[dict]) -> str:
+def _ends(inputs: PageInputs) -> list[int]:
+    """When each run folder's run ended (realtime ns), where its manifest says."""
+    return [int(e) for e in inputs.folders["end_ns"] if pd.notna(e)]
+
+
+def page_date(inputs: PageInputs) -> str:
     """UTC day on which the campaign's last run ended (from manifests), or 'undated'."""
-    ends = []
-    for m in manifests:
-        try:
-            ends.append(int(m["clocks"]["end"]["realtime_ns"]))
-        except (KeyError, TypeError, ValueError):
-            continue
+    ends = _ends(inputs)
     if not ends:
         return "undated"
     return dt.datetime.fromtimestamp(max(ends) / 1e9, tz=dt.UTC).strftime("%Y-%m-%d")
@@ -51,47 +55,37 @@ STAMPED = re.compile(r"\d{4}-\d{2}-\d{2}T\d{6}Z")
 """A data folder named by the UTC time it was started, as `make demo`'s `data/demo/<time>`."""
 
 
-def page_stem(campaign: Campaign, data_dir: Path, reports_dir: Path, date: str, manifests: Sequence[dict]) -> str:
+def page_stem(campaign: Campaign, inputs: PageInputs, date: str) -> str:
     """The page's file name without `.md`, never that of a page another data folder wrote.
 
     `<campaign>-<date>`, or `<campaign>-<folder>` where the data folder is named by its UTC time
     (`data/demo/2026-12-03T101530Z`, one per `make demo`). Where a page of that name exists and its
-    Raw data section names another data folder's derived tables, the time the last run ended, to
-    the second, tells the two apart (`<campaign>-2026-12-03T101530Z`), then a count."""
+    Raw data section names another data folder's derived tables (`inputs.pages`), the time the last run
+    ended, to the second, tells the two apart (`<campaign>-2026-12-03T101530Z`), then a count."""
     name = rundir.safe_name(campaign.name, "campaign")
+    data_dir = inputs.data_dir
     label = Path(data_dir).name if STAMPED.fullmatch(Path(data_dir).name) else rundir.safe_name(date, "page date")
-    derived = _derived_note(campaign, data_dir, reports_dir)
+    derived = _derived_dir(campaign, inputs, inputs.reports_dir)
     candidates = [f"{name}-{label}"]
-    if manifests and (end := _last_end(manifests)) is not None:
-        candidates.append(f"{name}-{dt.datetime.fromtimestamp(end / 1e9, tz=dt.UTC):%Y-%m-%dT%H%M%SZ}")
+    ends = _ends(inputs)
+    if ends:
+        candidates.append(f"{name}-{dt.datetime.fromtimestamp(max(ends) / 1e9, tz=dt.UTC):%Y-%m-%dT%H%M%SZ}")
     candidates += [f"{candidates[-1]}-{n}" for n in range(2, 100)]
     for stem in candidates:
-        page = Path(reports_dir) / f"{stem}.md"
-        if not page.exists() or derived in _read_head(page):
+        named = inputs.pages.get(f"{stem}.md")
+        if named is None or derived in named:
             return stem
-    raise PerflibError(f"{reports_dir}: 100 pages named {candidates[0]}* from other data folders; expected "
+    raise PerflibError(f"{inputs.reports_dir}: 100 pages named {candidates[0]}* from other data folders; expected "
                        "fewer (give --reports another folder)")
 
 
-def _derived_note(campaign: Campaign, data_dir: Path, page_dir: Path) -> str:
-    """The Raw data section's sentence that names the data folder (`raw_section`)."""
-    derived = os.path.relpath(campaign.derived_dir(data_dir), page_dir).replace(os.sep, "/") + "/"
-    return f"Derived tables: `{derived}`"
+def _derived_dir(campaign: Campaign, inputs: PageInputs, page_dir: Path) -> str:
+    """The data folder's derived tables as the Raw data section names them (`DERIVED_NOTE`)."""
+    return os.path.relpath(campaign.derived_dir(inputs.data_dir), page_dir).replace(os.sep, "/") + "/"
 
 
-def _read_head(page: Path) -> str:
-    try:
-        return page.read_text(errors="replace")
-    except OSError:
-        return ""
-
-
-def _last_end(manifests: Sequence[dict]) -> int | None:
-    ends = []
-    for m in manifests:
-        with contextlib.suppress(KeyError, TypeError, ValueError):
-            ends.append(int(m["clocks"]["end"]["realtime_ns"]))
-    return max(ends) if ends else None
+def _rel(path: Path | str, page_dir: Path) -> str:
+    return os.path.relpath(path, page_dir).replace(os.sep, "/")
 
 
 def trace_date(tables: DerivedTables) -> str | None:
@@ -106,132 +100,52 @@ def trace_date(tables: DerivedTables) -> str | None:
     return dt.datetime.fromtimestamp(end / 1e9, tz=dt.UTC).strftime("%Y-%m-%d")
 
 
-def _dotted(doc: Any, key: str) -> Any:
-    for part in key.split("."):
-        if not isinstance(doc, dict) or part not in doc:
-            return None
-        doc = doc[part]
-    return doc
-
-
-def _leaves(doc: Any, prefix: str = "") -> list[tuple[str, Any]]:
-    if isinstance(doc, dict):
-        return [kv for k, v in doc.items() for kv in _leaves(v, f"{prefix}.{k}" if prefix else str(k))]
-    return [] if isinstance(doc, list) else [(prefix, doc)]
-
-
-def environment_facts(campaign: Campaign, page_dir: Path) -> list[dict[str, str]]:
-    """Facts from the campaign's `environment_files` (a capture record, a trace manifest): the named
-    dotted keys (or every scalar leaf), each with the file it came from."""
+def environment_facts(inputs: PageInputs, page_dir: Path) -> list[dict[str, str]]:
+    """The facts of the campaign's `environment_files`, each with its file relative to the page."""
     out = []
-    for spec in campaign.environment_files:
-        file = campaign.resolve(spec.file)
-        rel = os.path.relpath(file, page_dir).replace(os.sep, "/")
-        try:
-            doc = json.loads(file.read_text())
-        except (OSError, ValueError) as exc:
-            out.append({"file": rel, "label": spec.label or rel, "key": "", "value": f"unreadable: {exc}"})
-            continue
-        pairs = [(k, _dotted(doc, k)) for k in spec.keys] if spec.keys else _leaves(doc)
-        for key, value in pairs:
-            out.append({"file": rel, "label": spec.label or rel, "key": key,
-                        "value": "n/a (not in the file)" if value is None else str(value)})
+    for f in inputs.facts.itertuples(index=False):
+        rel = _rel(f.file, page_dir)
+        out.append({"file": rel, "label": f.label or rel, "key": f.key, "value": f.value})
     return out
 
 
-def _manifests(campaign: Campaign, data_dir: Path) -> list[tuple[rundir.RunFolder, dict[str, Any]]]:
-    """Every run folder with its manifest ({} where it has none or it is unreadable)."""
-    out = []
-    for found in campaign.run_folders(data_dir):
-        try:
-            manifest = rundir.read_manifest(found.path, missing_ok=True) or {}
-        except InputError:
-            manifest = {}
-        out.append((found, manifest))
-    return out
-
-
-def environment_rows(campaign: Campaign, data_dir: Path) -> list[dict[str, str]]:
-    """Per (arm, backend): host/platform, server kind, version, flags, model and tool versions."""
-    seen: dict[tuple[str, str], dict] = {}
-    for found, manifest in _manifests(campaign, data_dir):
-        key = (found.arm, found.backend)
-        if key not in seen or (seen[key].get("status") != "complete" and manifest.get("status") == "complete"):
-            seen[key] = manifest
-    rows = []
-    for (arm, backend), m in sorted(seen.items()):
-        server = m.get("server") or {}
-        tools = m.get("tools") or {}
-        flags = server.get("flags") or []
-        flags = " ".join(str(f) for f in flags) if isinstance(flags, list) else str(flags)
-        if not flags and (arm in {a.name for a in campaign.arms} or backend in {b.name for b in campaign.backends}):
-            spec_args = [*(campaign.backend(backend).extra_args if backend in {b.name for b in campaign.backends}
-                           else ()), *(campaign.arm_config(arm).extra_args if arm in {a.name for a in campaign.arms}
-                                       else ())]
-            flags = f"{' '.join(spec_args)} (from the campaign file; the run recorded none)" if spec_args else ""
-        flags = re.sub(r"(-m|--model) \S*/", r"\1 …/", flags)  # no local paths on the page
-        flags = re.sub(r"--port \d+", "--port N", flags)
-        tool_text = ", ".join(f"{k} {v}" for k, v in sorted(tools.items()) if k != "platform")
-        model = server.get("model")
-        rows.append({"arm": arm, "backend": backend, "host": m.get("host") or tools.get("platform") or "n/a",
-                     "server": f"{server.get('kind', 'n/a')} {server.get('version') or ''}".strip(),
-                     "model": os.path.basename(str(model)) if model else "n/a",
-                     "flags": flags or "n/a", "tools": tool_text or "n/a"})
-    return rows
-
-
-def raw_links(campaign: Campaign, data_dir: Path, page_dir: Path) -> list[dict[str, str]]:
+def raw_links(inputs: PageInputs, page_dir: Path) -> list[dict[str, str]]:
     """Relative links from the page to every run folder, with its status."""
     links = []
-    for found, manifest in _manifests(campaign, data_dir):
-        rel = os.path.relpath(found.path, page_dir).replace(os.sep, "/")
-        errors = "; ".join(manifest.get("errors") or [])
-        links.append({"label": f"{found.arm}/{found.backend}/{found.path.name}", "href": rel + "/",
-                      "status": manifest.get("status", "no manifest"), "errors": errors})
-    for run, path in campaign.trace_only_runs(data_dir):
-        if path is None:
-            links.append({"label": f"{run.label}", "href": "", "status": "no trace file", "errors": ""})
+    for f in inputs.folders.itertuples(index=False):
+        links.append({"label": f"{f.arm}/{f.backend}/{f.run}", "href": _rel(f.path, page_dir) + "/",
+                      "status": f.status, "errors": f.errors})
+    for t in inputs.trace_files.itertuples(index=False):
+        label = f"{t.arm}/{t.backend}/{rundir.run_name(t.batch, t.context, t.repeat)}"
+        if not isinstance(t.path, str | Path):
+            links.append({"label": label, "href": "", "status": "no trace file", "errors": ""})
             continue
-        rel = os.path.relpath(path, page_dir).replace(os.sep, "/")
-        links.append({"label": f"{run.label}: {path.name}", "href": rel, "status": "trace (trace-only run)",
-                      "errors": ""})
-    for spec in campaign.environment_files:
-        file = campaign.resolve(spec.file)
-        rel = os.path.relpath(file, page_dir).replace(os.sep, "/")
-        links.append({"label": spec.label or file.name, "href": rel, "status": file.name, "errors": ""})
+        links.append({"label": f"{label}: {Path(t.path).name}", "href": _rel(t.path, page_dir),
+                      "status": "trace (trace-only run)", "errors": ""})
+    for label, file in inputs.environment_files:
+        links.append({"label": label or file.name, "href": _rel(file, page_dir), "status": file.name, "errors": ""})
     return links
 
 
-def see_also_links(entries: Sequence[str], reports_dir: Path, own: str = "") -> list[dict[str, str]]:
-    """Other pages to link: URLs as given; paths relative to the reports folder, where a glob
-    (`h200-pytorch-*.md`) picks the newest match that is not a page of this campaign (`own`: its
-    name); a page not there yet is listed without a link."""
+def see_also_links(inputs: PageInputs) -> list[dict[str, str]]:
+    """Other pages to link (`inputs.see_also`); a page not there yet is listed without a link."""
     out = []
-    for entry in entries:
-        if "://" in entry:
-            out.append({"href": entry, "label": escape_md(entry), "note": ""})
-            continue
-        matches = sorted(p for p in Path(reports_dir).glob(entry) if p.is_file()
-                         and not (own and re.fullmatch(rf"{re.escape(own)}-\d{{4}}-\d{{2}}-\d{{2}}(T\d{{6}}Z)?(-\d+)?\.md",
-                                                      p.name)))
-        if matches:
-            rel = os.path.relpath(matches[-1], reports_dir).replace(os.sep, "/")
-            out.append({"href": rel, "label": escape_md(rel), "note": ""})
+    for entry, target in inputs.see_also:
+        if target:
+            out.append({"href": target, "label": escape_md(target), "note": ""})
         else:
             out.append({"href": "", "label": escape_md(entry), "note": "not present yet"})
     return out
 
 
-def _notes(campaign: Campaign, tables: DerivedTables, reports_dir: Path) -> list[str]:
+def _notes(tables: DerivedTables, inputs: PageInputs) -> list[str]:
     """The campaign's own notes (with their links), then what derive noted, repeated notes folded:
     'arm a: no kernel trace …' for three arms is one line naming the three."""
     page_notes = []
-    for note in campaign.notes:
-        text = escape_md(note.text)
-        if note.link is not None:
-            link = campaign.resolve(note.link)
-            rel = os.path.relpath(link, reports_dir).replace(os.sep, "/")
-            text += f" ([{escape_md(link.name)}]({rel}))"
+    for note, link in inputs.notes:
+        text = escape_md(note)
+        if link is not None:
+            text += f" ([{escape_md(link.name)}]({_rel(link, inputs.reports_dir)}))"
         page_notes.append(text)
     folded: dict[str, list[str]] = {}
     rest = []
@@ -277,11 +191,11 @@ def occupancy_caption(campaign: Campaign, tables: DerivedTables) -> str:
     return "; ".join(texts) + "."
 
 
-def environment_section(campaign: Campaign, data_dir: Path, reports_dir: Path) -> str:
-    rows = [{k: escape_md(val) for k, val in row.items()} for row in environment_rows(campaign, data_dir)]
+def environment_section(inputs: PageInputs) -> str:
+    rows = [{k: escape_md(val) for k, val in row.items()} for row in inputs.environment.to_dict("records")]
     text, _ = mdt.table(rows, [mdt.Column(k, k, keep=k in ("arm", "backend")) for k in
                               ("arm", "backend", "host", "server", "model", "flags", "tools")])
-    facts = environment_facts(campaign, reports_dir)
+    facts = environment_facts(inputs, inputs.reports_dir)
     fact_lines = []
     for i, f in enumerate(facts):
         if i == 0 or f["file"] != facts[i - 1]["file"]:
@@ -292,10 +206,10 @@ def environment_section(campaign: Campaign, data_dir: Path, reports_dir: Path) -
                        f"{len(rows)} arm/backend pairs")
 
 
-def raw_section(campaign: Campaign, data_dir: Path, page_dir: Path) -> str:
+def raw_section(campaign: Campaign, inputs: PageInputs, page_dir: Path) -> str:
     """Every run folder linked, one row per arm and backend, with its status where it is not complete."""
     groups: dict[str, list[str]] = {}
-    for link in raw_links(campaign, data_dir, page_dir):
+    for link in raw_links(inputs, page_dir):
         arm_backend, _, name = link["label"].rpartition("/")
         state = "" if link["status"] in ("complete", "trace (trace-only run)") else f" ({escape_md(link['status'])}"
         state += f": {escape_md(link['errors'][:160])})" if state and link["errors"] else (")" if state else "")
@@ -307,31 +221,32 @@ def raw_section(campaign: Campaign, data_dir: Path, page_dir: Path) -> str:
     # data/derived/ is rebuildable and not committed, so it is named, not linked: a link would break on GitHub.
     # The sentence also tells `page_stem` which data folder a page was written from.
     source = f"{campaign.path.parent.name}/{campaign.path.name}"  # the same on every checkout
-    note = f"{_derived_note(campaign, data_dir, page_dir)}, rebuilt from these folders by `perflib campaign report {source}`."
+    note = (f"{DERIVED_NOTE.format(_derived_dir(campaign, inputs, page_dir))}, rebuilt from these folders by "
+            f"`perflib campaign report {source}`.")
     return sec.section("Raw data", note, text,
                        f"{sum(r['n'] for r in rows)} run folders and files")
 
 
-def see_also_section(campaign: Campaign, page_dir: Path) -> str:
+def see_also_section(inputs: PageInputs) -> str:
     items = []
-    for s in see_also_links(campaign.see_also, page_dir, campaign.name):
+    for s in see_also_links(inputs):
         items.append(f"- [{s['label']}]({s['href']})" if s["href"] else f"- {s['label']} ({s['note']})")
     return mdt.join("## See also", "\n".join(items)) if items else ""
 
 
-def summary_markdown(campaign: Campaign, tables: DerivedTables, sections: Sequence[str] = ()) -> str:
-    """The page's opening summary on its own (a notebook shows it; the page links `sections`)."""
+def summary_markdown(campaign: Campaign, tables: DerivedTables, question: str, sections: Sequence[str] = ()) -> str:
+    """The page's opening summary on its own (a notebook shows it; the page links `sections`), opened by
+    `question` (`perflib.config.opening_question`)."""
     ctx = v.Context.of(campaign)
     verdict_list = v.evaluate(campaign.candidates, tables, ctx)
     gates = [g for gate in campaign.gates for g in v.evaluate_gate(gate, tables, ctx)]
     level_checks = checks.level_checks(tables.runs, tables.trace_runs)
     headline = ev.before_after(tables, campaign, [a.name for a in campaign.compared_arms], gates, None)[1]
-    question = opening_question(campaign)[0]
     return sec.summary(question, verdict_list, headline, gates, level_checks, sections, tables.runs,
                        tables.trace_runs)
 
 
-def build_page_data(campaign: Campaign, tables: DerivedTables, data_dir: Path, reports_dir: Path, date: str,
+def build_page_data(campaign: Campaign, tables: DerivedTables, inputs: PageInputs, date: str,
                     figures: dict[str, dict[str, str]]) -> dict[str, Any]:
     """Long: everything the template shows: the head, the summary and the sections in order."""
     ctx = v.Context.of(campaign)
@@ -340,7 +255,7 @@ def build_page_data(campaign: Campaign, tables: DerivedTables, data_dir: Path, r
     arms = [a.name for a in campaign.compared_arms]
     level_checks = checks.level_checks(tables.runs, tables.trace_runs)
     before_after, headline = ev.before_after(tables, campaign, arms, gates, figures.get("before_after"))
-    notes = _notes(campaign, tables, reports_dir)
+    notes = _notes(tables, inputs)
     parts = {
         "Verdicts": sec.verdict_section(verdict_list),
         "Before / after": before_after,
@@ -350,37 +265,37 @@ def build_page_data(campaign: Campaign, tables: DerivedTables, data_dir: Path, r
         "Profile": ev.profile(tables, figures.get("profile")),
         "Decode-window decomposition": ev.decomposition(tables, figures.get("decomposition")),
         "Step over floor": ev.floor(tables, campaign, figures.get("step_over_floor")),
-        "Cross-backend reference ratio": ev.ratio(tables, campaign, arms),
-        "Environment": environment_section(campaign, data_dir, reports_dir),
+        "Cross-backend reference ratio": ev.ratio(tables, campaign, arms, inputs.references),
+        "Environment": environment_section(inputs),
         "Notes": mdt.join("## Notes", "\n".join(f"- {n}" for n in notes)) if notes else "",
-        "Raw data": raw_section(campaign, data_dir, reports_dir),
+        "Raw data": raw_section(campaign, inputs, inputs.reports_dir),
     }
     present = [name for name in sec.ORDER if parts.get(name)]
-    question, source = opening_question(campaign)
+    question, source = inputs.question, inputs.question_from
     return {
-        **_header(campaign, data_dir, date, tables),
+        **_header(campaign, inputs, date, tables),
         # the campaign's own question opens the page, above its description; a description opens it itself
         "question": f"**Question.** {escape_md(question)}" if question and source != "description" else "",
         "summary": sec.summary("", verdict_list, headline, gates, level_checks, present, tables.runs,
                                tables.trace_runs),
-        "sections": [parts[name] for name in present] + [see_also_section(campaign, reports_dir)],
+        "sections": [parts[name] for name in present] + [see_also_section(inputs)],
     }
 
 
-def arms_without_runs(campaign: Campaign, data_dir: Path) -> list[str]:
+def arms_without_runs(campaign: Campaign, inputs: PageInputs) -> list[str]:
     """The arms with no complete run on disk yet (a runner that has not reached them, `--only`, another
     host's share): the page is written without them and says so."""
     if all(b.trace_only for b in campaign.backends):
         return []
-    done = {found.arm for found, m in _manifests(campaign, data_dir)
-            if m.get("status") == "complete"}
+    folders = inputs.folders
+    done = set(folders[folders["status"] == "complete"]["arm"])
     return [a.name for a in campaign.arms if a.name not in done]
 
 
-def _header(campaign: Campaign, data_dir: Path, date: str, tables: DerivedTables | None = None) -> dict[str, Any]:
+def _header(campaign: Campaign, inputs: PageInputs, date: str, tables: DerivedTables | None = None) -> dict[str, Any]:
     """The page's head: name, date, model, matrix, runs on disk and traces lost."""
-    manifests = [m for _, m in _manifests(campaign, data_dir)]
-    trace_only = campaign.trace_only_runs(data_dir)
+    folders, trace_files = inputs.folders, inputs.trace_files
+    complete = folders["status"] == "complete"
     arms = [a.name for a in campaign.arms]
     return {
         "name": escape_md(campaign.name), "date": date, "description": escape_md(campaign.description),
@@ -390,14 +305,13 @@ def _header(campaign: Campaign, data_dir: Path, date: str, tables: DerivedTables
         "matrix": (f"arms {', '.join(arms)}; backends {', '.join(b.name for b in campaign.backends)}; batches "
                    f"{', '.join(map(str, campaign.batches))}; contexts {', '.join(map(str, campaign.contexts))} "
                    f"tokens; {campaign.decode_tokens} decode tokens per request; {campaign.repeats} repeats"),
-        "runs_total": len(manifests),
-        "runs_complete": sum(1 for m in manifests if m.get("status") == "complete"),
-        "arms_without_runs": [escape_md(a) for a in arms_without_runs(campaign, data_dir)],
-        "runs_left_out": sum(1 for m in manifests if m.get("status") == "complete"
-                             and isinstance(m.get("contention"), dict) and m["contention"].get("contended")),
+        "runs_total": len(folders),
+        "runs_complete": int(complete.sum()),
+        "arms_without_runs": [escape_md(a) for a in arms_without_runs(campaign, inputs)],
+        "runs_left_out": int((complete & folders["contended"].astype(bool)).sum()),
         "trace_only": [escape_md(b.name) for b in campaign.backends if b.trace_only],
-        "traces_found": sum(1 for _, p in trace_only if p is not None),
-        "traces_expected": len(trace_only),
+        "traces_found": sum(1 for p in trace_files["path"] if isinstance(p, str | Path)),
+        "traces_expected": len(trace_files),
         "traces_lost": _traces_lost(tables),
     }
 
@@ -427,15 +341,12 @@ def render(data: dict[str, Any]) -> str:
     return re.sub(r"\n{3,}", "\n\n", text)
 
 
-def write_report(campaign: Campaign, data_dir: Path | None = None, reports_dir: Path | None = None,
-                 date: str | None = None, tables: DerivedTables | None = None) -> Path:
-    """Rebuild `data/derived/<campaign>/`, draw the figures and write `reports/<campaign>-<date>.md`."""
-    data = Path(data_dir or campaign.data_dir)
-    reports = Path(reports_dir or campaign.reports_dir)
-    tables = tables if tables is not None else derive.build_and_write(campaign, data)
-    manifests = [m for _, m in _manifests(campaign, data)]
-    date = date or (page_date(manifests) if manifests else (trace_date(tables) or "undated"))
-    stem = page_stem(campaign, data, reports, date, manifests)
+def write_report(campaign: Campaign, tables: DerivedTables, inputs: PageInputs, date: str | None = None) -> Path:
+    """Draw the figures and write `<reports>/<campaign>-<date>.md` from the derived tables and the page's
+    inputs (`perflib.derive.build_and_write`, `perflib.pageinputs.build_and_write`): nothing is read here."""
+    reports = Path(inputs.reports_dir)
+    date = date or (page_date(inputs) if len(inputs.folders) else (trace_date(tables) or "undated"))
+    stem = page_stem(campaign, inputs, date)
     fig_dir = reports / stem
     drawn = {
         "batch_scaling": fig.plot_batch_scaling(tables),
@@ -453,7 +364,7 @@ def write_report(campaign: Campaign, data_dir: Path | None = None, reports_dir: 
             continue
         fig.save_figure(plot, path)
         figures[name] = {"path": f"{stem}/{path.name}", "alt": escape_md(plot.alt)}
-    text = render(build_page_data(campaign, tables, data, reports, date, figures))
+    text = render(build_page_data(campaign, tables, inputs, date, figures))
     page = reports / f"{stem}.md"
     rundir.write_atomic(page, text)  # another host may be reading it
     return page

@@ -9,14 +9,14 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Sequence
-from dataclasses import replace
 from typing import Any
 
 import pandas as pd
 
-from perflib import checks, derive
-from perflib.config import Campaign, read_campaign
+from perflib import checks
+from perflib.config import Campaign
 from perflib.derive import GAP_ORDER, DerivedTables
+from perflib.pageinputs import Reference
 from perflib.verdicts import floor_ms
 
 LEVEL_KEYS = ["arm", "backend", "batch", "context"]
@@ -117,13 +117,13 @@ def _ratio_rows(levels: pd.DataFrame, backend: str, arm: str | None, batches: Se
 
 def ratio_table(tables: DerivedTables, backends: Sequence[str], other_backends: Sequence[str],
                 batch: int | Sequence[int], arms: Sequence[str], source: str = "this campaign",
-                references: Sequence[tuple[str, DerivedTables, str, Sequence[int], str]] = (),
+                references: Sequence[Reference] = (),
                 other_note: str = "", no_counters: dict[str, str] | None = None) -> pd.DataFrame:
     """Cross-backend reference ratio: decode step at batch B over batch 1, per backend, context and B.
 
-    Backends named in the campaign come first, then the reference campaigns' rows (label, their tables,
-    backend, batches, arm), then known others; a backend with no runs says why (`other_note` for those
-    that are not part of the campaign).
+    Backends named in the campaign come first, then the reference campaigns' rows (`perflib.pageinputs`:
+    their derived runs at their backend, batches and last compared arm), then known others; a backend
+    with no runs says why (`other_note` for those that are not part of the campaign).
     """
     batches = [batch] if isinstance(batch, int) else [b for b in batch if b != 1]
     no_counters = no_counters or {}
@@ -135,30 +135,16 @@ def ratio_table(tables: DerivedTables, backends: Sequence[str], other_backends: 
                else "not measured: no complete run in this campaign")
         rows += _ratio_rows(levels, backend, arm, batches, source, why, tables.runs)
     named = set(backends)
-    for label, ref_tables, ref_backend, ref_batches, ref_arm in references:
-        rows += _ratio_rows(level_table(ref_tables), ref_backend, ref_arm, [b for b in ref_batches if b != 1], label,
-                            f"not measured: no complete run in {label}", ref_tables.runs)
-        named.add(ref_backend)
+    for ref in references:
+        rows += _ratio_rows(level_table(ref.tables()), ref.backend, ref.arm, [b for b in ref.batches if b != 1],
+                            ref.label, f"not measured: no complete run in {ref.label}", ref.runs)
+        named.add(ref.backend)
     why = "not measured: " + (other_note or "not part of this campaign")
     for backend in other_backends:
         if backend not in named:
             rows.append({"backend": backend, "source": "", "arm": None, "context": None, "batch": None,
                          "step_1_ms": None, "step_b_ms": None, "ratio": None, "note": why})
     return pd.DataFrame(rows, columns=RATIO_COLUMNS)
-
-
-def reference_tables(campaign: Campaign) -> list[tuple[str, DerivedTables, str, Sequence[int], str]]:
-    """The `compare_with` campaigns' derived tables, rebuilt from their own raw data:
-    (label, tables, backend, batches, last compared arm) per reference."""
-    out = []
-    for ref in campaign.compare_with:
-        other = read_campaign(ref.campaign)
-        if (campaign.data_dir / "raw" / other.name).is_dir():  # a --data override holds the reference's raw data too
-            other = replace(other, data_dir=campaign.data_dir)
-        backend = ref.backend or other.backends[0].name
-        out.append((ref.label or f"campaign {other.name}", derive.build(other), backend, other.batches,
-                    other.compared_arms[-1].name))
-    return out
 
 
 def floor_table(tables: DerivedTables, campaign: Campaign) -> pd.DataFrame:

@@ -110,3 +110,20 @@ def test_workers_key_defaults_to_one_and_must_be_positive(tmp_path):
     assert load_campaign(write(tmp_path, MINIMAL.replace("decode_tokens: 8\n", "decode_tokens: 8\nworkers: 4\n"))).workers == 4
     with pytest.raises(InputError, match="workers .*expected a positive integer, found 0"):
         load_campaign(write(tmp_path, MINIMAL.replace("decode_tokens: 8\n", "decode_tokens: 8\nworkers: 0\n")))
+
+
+def test_a_playbook_that_cannot_be_read_is_an_error_not_an_empty_question(tmp_path, monkeypatch):
+    """The page opens with the playbook's question where the campaign gives none: a playbook file that
+    is broken is an error naming it (it used to be swallowed, and the page opened with nothing)."""
+    import shutil
+
+    from perflib.config import loader
+
+    shutil.copytree(loader.PLAYBOOKS, tmp_path / "playbooks")
+    monkeypatch.setattr(loader, "PLAYBOOKS", tmp_path / "playbooks")
+    assert "batched decode" in loader.playbook_question("batched-decode").lower()
+    (tmp_path / "playbooks" / "batched-decode.yaml").write_text("description: [unclosed\n")
+    with pytest.raises(InputError, match="batched-decode.yaml"):
+        loader.playbook_question("batched-decode")
+    with pytest.raises(PerflibError, match="no built-in playbook 'nothere'"):
+        loader.playbook_question("nothere")

@@ -15,11 +15,10 @@ import numpy as np
 import pandas as pd
 import pytest
 from matplotlib.container import BarContainer
-from support import DATA, REPO
+from support import DATA, REPO, write_page
 
 from perflib.explore import CampaignView, open_campaign
 from perflib.report import figures
-from perflib.report import page as report
 from perflib.report.text import escape_md
 
 SAMPLE = DATA / "campaign-sample" / "campaign.yaml"
@@ -227,7 +226,7 @@ def test_page_uses_alt_text_and_leaves_out_what_is_not_drawn(views, tmp_path):
     stale = tmp_path / "reports" / "sample-2026-01-01" / "step_over_floor.png"
     stale.parent.mkdir(parents=True)
     stale.write_bytes(b"old")
-    page = report.write_report(campaign, reports_dir=tmp_path / "reports", date="2026-01-01")
+    page = write_page(campaign, reports_dir=tmp_path / "reports", date="2026-01-01")
     text = page.read_text()
     images = re.findall(r"!\[([^\]]*(?:\\\][^\]]*)*)\]\(([^)]+)\)", text)
     assert sorted(path for _, path in images) == [f"sample-2026-01-01/{n}.png" for n in
@@ -249,6 +248,6 @@ def test_a_page_with_no_figure_at_all_is_still_written(tmp_path):
     (tmp_path / "c").mkdir()
     shutil.copy(SAMPLE, tmp_path / "c" / "campaign.yaml")
     campaign = open_campaign(tmp_path / "c" / "campaign.yaml").campaign
-    page = report.write_report(campaign, reports_dir=tmp_path / "new" / "reports")
+    page = write_page(campaign, reports_dir=tmp_path / "new" / "reports")
     assert page.is_file() and "![" not in page.read_text()
     assert not page.with_suffix("").exists()

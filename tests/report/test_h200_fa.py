@@ -47,14 +47,14 @@ def built(tmp_path_factory) -> tuple[str, pd.DataFrame]:
     """The page's first screen and runs.csv, rebuilt from a copy of the committed raw data."""
     import shutil
 
-    from perflib import derive, report
+    from perflib import derive, pageinputs, report
     from perflib.campaign import load_campaign
 
     root = tmp_path_factory.mktemp("fa")
     shutil.copytree(RAW, root / "raw" / "cuda-h200-fa")
     campaign = load_campaign(REPO / "campaigns" / "cuda-h200-fa.yaml")
     tables = derive.build_and_write(campaign, root)
-    page = report.write_report(campaign, data_dir=root, reports_dir=root / "reports", tables=tables)
+    page = report.write_report(campaign, tables, pageinputs.build_and_write(campaign, root, root / "reports"))
     return page.read_text().split("\n## ")[0], tables.runs
 
 

@@ -7,9 +7,9 @@ import re
 import shutil
 
 import pytest
-from support import DATA, REPO
+from support import DATA, REPO, write_page
 
-from perflib import derive
+from perflib import derive, pageinputs
 from perflib.campaign import load_campaign
 from perflib.cli import main
 from perflib.report import page as report
@@ -58,15 +58,15 @@ def test_fmt_never_prints_zero_for_missing():
 
 def test_page_is_deterministic_apart_from_the_date(sample_copy, tmp_path):
     campaign = load_campaign(sample_copy)
-    first = report.write_report(campaign, reports_dir=tmp_path / "r1")
-    second = report.write_report(campaign, reports_dir=tmp_path / "r2")
+    first = write_page(campaign, reports_dir=tmp_path / "r1")
+    second = write_page(campaign, reports_dir=tmp_path / "r2")
     assert first.read_bytes() == second.read_bytes()
     figures = sorted((first.parent / first.stem).glob("*.png"))
     # the sample gives no bandwidth, so it has no step-over-floor figure (tests/report/test_figures.py)
     assert {p.name for p in figures} == {"batch_scaling.png", "decomposition.png", "before_after.png"}
     for png in figures:
         assert png.read_bytes() == (second.parent / second.stem / png.name).read_bytes()
-    other = report.write_report(campaign, reports_dir=tmp_path / "r3", date="2000-01-01")
+    other = write_page(campaign, reports_dir=tmp_path / "r3", date="2000-01-01")
     date = first.stem.rsplit("-", 3)[-3:]
     a = first.read_text().replace("-".join(date), "DATE")
     b = other.read_text().replace("2000-01-01", "DATE")
@@ -76,7 +76,7 @@ def test_page_is_deterministic_apart_from_the_date(sample_copy, tmp_path):
 
 def test_page_sections_units_links_and_verdict_numbers(sample_copy, tmp_path):
     campaign = load_campaign(sample_copy)
-    page = report.write_report(campaign, reports_dir=tmp_path / "reports")
+    page = write_page(campaign, reports_dir=tmp_path / "reports")
     body = page.read_text()
     for heading in ("## Environment", "## Per level", "## Decode-window decomposition", "## Step over floor",
                     "## Before / after", "## Cross-backend reference ratio", "## Verdicts", "## Raw data"):
@@ -128,7 +128,7 @@ def test_the_page_opens_with_the_campaigns_question(sample_copy, tmp_path, capsy
     sample_copy.write_text(text)
     campaign = load_campaign(sample_copy)
     assert (campaign.question == own) is (case == "question") and bool(campaign.description) is (case != "neither")
-    body = report.write_report(campaign, reports_dir=tmp_path / "reports").read_text()
+    body = write_page(campaign, reports_dir=tmp_path / "reports").read_text()
     head = [ln for ln in body.split("\n## ")[0].splitlines()[3:] if ln.strip()]  # after the title and date
     generic = playbook_question("batched-decode")
     assert generic and "batched decode" in generic.lower()
@@ -152,7 +152,8 @@ def test_the_page_opens_with_the_campaigns_question(sample_copy, tmp_path, capsy
 def test_see_also_links_existing_pages_only(tmp_path):
     (tmp_path / "h200-pytorch-2026-01-02.md").write_text("x")
     (tmp_path / "h200-pytorch-2026-03-04.md").write_text("y")
-    links = report.see_also_links(["h200-pytorch-*.md", "missing-*.md", "https://example.org/p"], tmp_path)
+    found = pageinputs.see_also(["h200-pytorch-*.md", "missing-*.md", "https://example.org/p"], tmp_path)
+    links = report.see_also_links(pageinputs.PageInputs(tmp_path, tmp_path, see_also=found))
     assert links[0]["href"] == "h200-pytorch-2026-03-04.md"
     assert links[1]["href"] == "" and links[1]["note"] == "not present yet"
     assert links[2]["href"] == "https://example.org/p"
@@ -190,26 +191,22 @@ def test_pages_of_two_data_folders_on_one_day_are_two_pages(sample_copy, tmp_pat
     for folder in folders:
         shutil.copytree(raw, folder / "raw")
     reports = tmp_path / "reports"
-    first, second = (report.write_report(campaign, data_dir=folder, reports_dir=reports) for folder in folders)
+    first, second = (write_page(campaign, data_dir=folder, reports_dir=reports) for folder in folders)
     assert (first.name, second.name) == ("sample-2026-12-03T101530Z.md", "sample-2026-12-03T114501Z.md")
     assert (reports / first.stem / "batch_scaling.png").is_file() and (reports / second.stem).is_dir()
     before, written = first.read_text(), second.read_text()
     second.write_text(written + "a line the rebuild removes\n")
-    again = report.write_report(campaign, data_dir=folders[1], reports_dir=reports)
+    again = write_page(campaign, data_dir=folders[1], reports_dir=reports)
     assert again == second and again.read_text() == written and first.read_text() == before
 
     plain = [tmp_path / "a" / "data", tmp_path / "b" / "data"]  # the same run days, folders not named by time
     for folder in plain:
         shutil.copytree(raw, folder / "raw")
-    pages = [report.write_report(campaign, data_dir=folder, reports_dir=reports) for folder in plain]
-    assert pages[0].name == f"sample-{report.page_date(report_manifests(campaign, plain[0]))}.md"
+    pages = [write_page(campaign, data_dir=folder, reports_dir=reports) for folder in plain]
+    assert pages[0].name == f"sample-{report.page_date(pageinputs.build(campaign, plain[0], reports))}.md"
     assert pages[1] != pages[0] and re.fullmatch(r"sample-\d{4}-\d{2}-\d{2}T\d{6}Z\.md", pages[1].name)
     assert "../a/data/derived/sample/" in pages[0].read_text() and "../b/data/derived/" in pages[1].read_text()
-    assert report.write_report(campaign, data_dir=plain[0], reports_dir=reports) == pages[0]  # its own, again
-
-
-def report_manifests(campaign, data_dir):
-    return [m for _, m in report._manifests(campaign, data_dir)]
+    assert write_page(campaign, data_dir=plain[0], reports_dir=reports) == pages[0]  # its own, again
 
 
 def test_a_loaded_page_says_what_was_left_out_and_why(sample_copy, tmp_path):
@@ -227,7 +224,7 @@ def test_a_loaded_page_says_what_was_left_out_and_why(sample_copy, tmp_path):
         path.write_text(json.dumps(manifest))
     derived = derive.build(campaign)
     assert list(derived.runs["left_out"].astype(bool)).count(True) == 2
-    body = report.write_report(campaign, reports_dir=tmp_path / "reports").read_text()
+    body = write_page(campaign, reports_dir=tmp_path / "reports").read_text()
     summary = body.split("## Verdicts")[0]
     assert "Runs on disk: 8 complete of 8 (2 of them left out of medians and verdicts as contended)." in body
     assert "all 4 levels pass" not in summary and "2 of 4 levels pass their checks" in summary  # after b2: spread
