@@ -12,6 +12,16 @@ from perflib.campaign.interrupts import CtrlC
 from perflib.errors import Terminated, interrupt_text
 
 
+@pytest.fixture(autouse=True)
+def sigint_as_a_shell_gives_it():
+    """SIGINT at Python's default, as a foreground shell starts a program: a test suite started in the
+    background (`cmd &` in a script) inherits it ignored, and CtrlC rightly keeps an ignored SIGINT
+    ignored, which is not what these tests are about (the ignored case has its own test)."""
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, before)
+
+
 def test_a_swallowed_ctrl_c_is_raised_again_at_the_check():
     with CtrlC() as ctrl_c:
         ctrl_c.check()  # nothing seen: nothing raised
