@@ -34,6 +34,7 @@ from perflib.campaign.notebooks import (
 from perflib.campaign.servers import Prepared, ServedArm, prepare, stop_orphans
 from perflib.config import ArmSpec, BackendSpec, Campaign, RunSpec
 from perflib.errors import PerflibError, interrupt_text
+from perflib.load import LevelSpec
 
 
 @dataclass(frozen=True)
@@ -355,8 +356,7 @@ def _measure(campaign: Campaign, run: RunSpec, data: Path, served: ServedArm, ho
         before = served.begin_run(run)
     except PerflibError as exc:
         return f"profiler start failed: {exc}"
-    params = {"base_url": served.base_url, **served.server_params()}
-    error = _one_run(campaign, run, data, params, how, contended)
+    error = _one_run(campaign, run, data, level_spec(campaign, run, data, served, how), how, contended)
     try:
         trace_error = served.end_run(run, before) if served.alive() else None
     except PerflibError as exc:
@@ -396,7 +396,17 @@ def _collect(campaign: Campaign, served: ServedArm, measured: list[RunSpec], dat
                 state.failed.append((run.label, error))
 
 
-def _one_run(campaign: Campaign, run: RunSpec, data: Path, server_params: dict[str, Any], how: _How,
+def level_spec(campaign: Campaign, run: RunSpec, data: Path, served: ServedArm, how: _How) -> LevelSpec:
+    """Everything one run's level needs: the campaign's settings, the server, the CPU thresholds."""
+    return LevelSpec(served.base_url, run.batch, run.context, campaign.decode_tokens, run.repeat,
+                     out_dir=run.run_dir(data).parent, dialect=campaign.backend(run.backend).dialect,
+                     timeout=campaign.request_timeout_s, idle_timeout=campaign.idle_timeout_s,
+                     workers=campaign.workers, contention_threshold=how.contention_threshold,
+                     wait_threshold=how.wait_threshold, psi_threshold=how.psi_threshold, campaign=campaign.name,
+                     arm=run.arm, backend=run.backend, server=served.server_info())
+
+
+def _one_run(campaign: Campaign, run: RunSpec, data: Path, level: LevelSpec, how: _How,
              contended: list[str]) -> str | None:
     """Measure one run (redoing contended attempts under the guard); returns the error or None.
 
@@ -404,11 +414,7 @@ def _one_run(campaign: Campaign, run: RunSpec, data: Path, server_params: dict[s
     incomplete folder aside and starts it afresh) and then moved into it as `collect.ipynb`.
     """
     run_dir = run.run_dir(data)
-    params = {"campaign_file": str(campaign.path), "arm": run.arm, "backend": run.backend, "batch": run.batch,
-              "context": run.context, "repeat": run.repeat, "data_dir": str(data),
-              "contention_threshold": how.contention_threshold, "wait_threshold": how.wait_threshold,
-              "psi_threshold": how.psi_threshold,
-              **server_params}
+    params = {"level": level.to_dict()}  # the notebook's one parameter
     kernel, notebooks, gpu, max_attempts = how.kernel, how.notebooks, how.gpu, how.max_attempts
     scratch = run_dir.parent / f".{run_dir.name}.collect.ipynb"
     for attempt in range(1, max_attempts + 1):

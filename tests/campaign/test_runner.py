@@ -100,7 +100,7 @@ def _raising_notebooks(tmp_path: Path) -> Path:
     book = nbformat.read(out / "collect.ipynb", as_version=4)
     index = next(i for i, c in enumerate(book.cells) if "parameters" in c.metadata.get("tags", []))
     book.cells.insert(index + 1, nbformat.v4.new_code_cell(
-        'if repeat == 2:\n    raise RuntimeError("notebook failure on purpose")'))
+        'if level["repeat"] == 2:\n    raise RuntimeError("notebook failure on purpose")'))
     for i, cell in enumerate(book.cells):
         cell["id"] = f"c{i}"
     nbformat.write(book, out / "collect.ipynb")
