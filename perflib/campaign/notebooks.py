@@ -3,7 +3,9 @@
 `collect.ipynb` measures one run (`collect_run` of its one parameter, `level`: a
 `perflib.load.LevelSpec` as JSON), `profile.ipynb` attributes its trace (`profile_run`),
 `report.ipynb` shows the verdicts (`export_notebook` exports it as Markdown). Each notebook holds a
-`parameters` cell and calls into perflib; papermill injects the parameters.
+`parameters` cell and calls into perflib; papermill injects the parameters. The campaign runner
+measures in its own process by default (`measure`, the function `collect_run` calls) and writes the
+notebooks from the results (`perflib.campaign.records`); with `--papermill` it executes them here.
 """
 
 from __future__ import annotations

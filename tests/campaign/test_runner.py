@@ -94,7 +94,7 @@ def test_missing_trace_path_is_a_clear_error(tmp_path):
 
 
 def _raising_notebooks(tmp_path: Path) -> Path:
-    """A copy of notebooks/ whose collect.ipynb raises for repeat 2 after its parameters."""
+    """A copy of notebooks/ whose collect.ipynb raises for repeat 2 after its parameters (--papermill)."""
     out = tmp_path / "notebooks"
     shutil.copytree(REPO / "notebooks", out)
     book = nbformat.read(out / "collect.ipynb", as_version=4)
@@ -131,7 +131,7 @@ def test_campaign_end_to_end_with_a_failing_notebook_and_resume(tmp_path, llama_
     campaign = pc.load_campaign(path)
     data, reports = tmp_path / "data", tmp_path / "reports"
     result = pc.run_campaign(campaign, data_dir=data, reports_dir=reports, progress=False,
-                             notebooks=_raising_notebooks(tmp_path))
+                             notebooks=_raising_notebooks(tmp_path), papermill=True)
     assert sorted(result.done) == ["default/cpu/b1_c64_r1", "default/cpu/b2_c64_r1"]
     assert sorted(label for label, _ in result.failed) == ["default/cpu/b1_c64_r2", "default/cpu/b2_c64_r2"]
     failed_dir = data / "raw" / "e2e" / "default" / "cpu" / "b1_c64_r2"
@@ -148,7 +148,7 @@ def test_campaign_end_to_end_with_a_failing_notebook_and_resume(tmp_path, llama_
     assert "ms at batch 2 over" in line and "x:" in line  # the verdict carries its numbers
     assert "not measured (no kernel trace for backend cpu" in page
 
-    # resume with the real notebooks: the two complete runs are skipped, the failed ones redone
+    # resume in the runner's process: the two complete runs are skipped, the failed ones redone
     kept = (ok_dir / "requests.jsonl").read_bytes()
     again = pc.run_campaign(campaign, data_dir=data, reports_dir=reports, progress=False)
     assert sorted(again.skipped) == sorted(result.done)
