@@ -176,8 +176,8 @@ def _kernel_env() -> dict[str, str]:
 
 def profile_run(campaign_file: str | Path, arm: str, backend: str, batch: int, context: int, repeat: int,
                 data_dir: str | Path | None = None) -> dict[str, pd.DataFrame]:
-    """Attribute one run's trace, windowed to its level, and write its tables to
-    `data/derived/<campaign>/runs/<arm>/<backend>/<run>/` (`perflib.derive.run_tables`)."""
+    """Attribute one run's trace, windowed to its level (`perflib.derive.run_tables`): its tables are kept
+    in `data/derived/<campaign>/runs/<arm>/<backend>/<run>/`, where the page takes them from."""
     from perflib import derive
 
     campaign = load_campaign(campaign_file)

@@ -197,14 +197,17 @@ def test_traced_run_feeds_trace_tables_verdicts_and_profile_notebook(tmp_path, f
     assert verdict.outcome != v.NOT_MEASURED and f"{100 * verdict.value:.1f}%" in verdict.line
     # the other runs say which trace file is missing
     assert any("does not exist" in n for n in tables.notes)
-    # profile.ipynb through papermill writes the run's derived tables
+    # profile.ipynb through papermill gives the run's derived tables, those the page read (stored once)
     executed = tmp_path / "profile.ipynb"
     error = pc.execute_notebook(pc.NOTEBOOKS / "profile.ipynb", executed, {
         "campaign_file": str(path), "arm": "after", "backend": "cpu", "batch": 2, "context": 128, "repeat": 1},
         pc.find_kernel(), cwd=tmp_path)
     assert error is None
-    written = campaign.derived_dir() / "runs" / "after" / "cpu" / "b2_c128_r1" / "trace_runs.csv"
-    assert pd.read_csv(written)["dispatches"].iloc[0] == len(trace)
+    shown = json.loads(executed.read_text())["cells"]
+    assert any(f"dispatches {len(trace)}" in " ".join("".join(o.get("data", {}).get("text/plain", [])).split())
+               for c in shown if c["cell_type"] == "code" for o in c.get("outputs", []))
+    written = campaign.derived_dir() / "runs" / "after" / "cpu" / "b2_c128_r1" / "trace_runs.parquet"
+    assert pd.read_parquet(written)["dispatches"].iloc[0] == len(trace)
     # a campaign run over complete runs profiles them without a server; the run whose trace
     # is missing is partial (its counters stand) with the path named, and no measured file changes
     manifests = {p: p.read_bytes() for p in campaign.raw_dir().rglob("manifest.json")}
