@@ -118,17 +118,17 @@ def run_level(spec: load.LevelSpec) -> LevelResult:
 
     log_path = started.log_path if started else None
     log_start = _log_size(log_path)
-    sampler = load.ContentionSampler(_own_pids(base_url, started),
-                                     threshold=spec.contention_threshold or load.CPU_THRESHOLD,
-                                     wait_threshold=spec.wait_threshold, psi_threshold=spec.psi_threshold)
-    if spec.contention:
+    sampler = None
+    if spec.contention:  # the server's processes found by its port: only where other processes are sampled
+        sampler = load.ContentionSampler(_own_pids(base_url, started), threshold=spec.contention_threshold,
+                                         wait_threshold=spec.wait_threshold, psi_threshold=spec.psi_threshold)
         sampler.start()
     sent = replace(spec, model=spec.model or manifest["server"].get("model"),
                    extra_body=spec.extra_body if spec.extra_body is not None else _extra_body(manifest))
     try:
         outcome = load.run_sync(load.run_level_async(sent, rundir.RunWriter(run_dir)))
     finally:
-        seen = sampler.stop() if spec.contention else None
+        seen = sampler.stop() if sampler is not None else None
         _copy_log_slice(log_path, log_start, run_dir / rundir.SERVER_LOG)
     if seen is not None and seen.note:
         load.say_once(seen.note)
