@@ -53,9 +53,9 @@ def test_a_second_build_reads_no_raw_trace_and_gives_the_same_tables(name, tmp_p
     campaign = copied(name, tmp_path)
     first_reads = reads(monkeypatch)
     first = derive.build(campaign)
-    assert len(first.trace_runs) >= 4 and len(first_reads) == len(first.trace_runs)
+    assert len(first.trace_runs) >= 4 and len(first_reads) >= len(first.trace_runs)  # and one not covered
     stored = sorted((campaign.derived_dir() / "runs").rglob(runcache.RECORD))
-    assert len(stored) == len(first.trace_runs)
+    assert len(stored) == len(first_reads)  # a window its capture does not cover is a result, stored too
 
     def refuse(path, *args, **kwargs):
         raise AssertionError(f"a raw trace was read again: {path}")
