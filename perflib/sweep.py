@@ -44,6 +44,9 @@ class LevelResult:
     skipped: bool = False
     unreachable: bool = False
     moved_aside: Path | None = None
+    contention_note: str = ""
+    """What the contention sampler could not tell on this machine ('' where nothing): the sweep says it once;
+    the campaign runner says it through `perflib.campaign.contention`."""
 
 
 def tool_versions() -> dict[str, str]:
@@ -130,8 +133,6 @@ def run_level(spec: load.LevelSpec) -> LevelResult:
     finally:
         seen = sampler.stop() if sampler is not None else None
         _copy_log_slice(log_path, log_start, run_dir / rundir.SERVER_LOG)
-    if seen is not None and seen.note:
-        load.say_once(seen.note)
     manifest["contention"] = seen.as_dict() if seen is not None else {"available": False, "contended": False,
                                                                        "note": "not sampled (--no-contention)"}
     manifest.update({
@@ -147,7 +148,8 @@ def run_level(spec: load.LevelSpec) -> LevelResult:
     summary, problem = _summary_checked(run_dir, manifest, outcome.errors)
     status = UNREADABLE if problem else manifest["status"]
     return LevelResult(run_dir, status, (*outcome.errors, *([problem] if problem else [])), summary,
-                       unreachable=outcome.unreachable, moved_aside=moved)
+                       unreachable=outcome.unreachable, moved_aside=moved,
+                       contention_note=seen.note if seen is not None and seen.note else "")
 
 
 def _summary_checked(run_dir: Path, manifest: dict[str, Any], errors: list[str]) -> tuple[dict[str, Any], str | None]:
@@ -264,6 +266,7 @@ def _run_plan(level: load.LevelSpec, plan: list[tuple[int, int, int]], handle: s
             bar.set_description(rundir.run_name(batch, context, repeat))
             res = run_level(level.at(batch, context, repeat))
             result.results.append(res)
+            load.say_once(res.contention_note)
             if progress and res.summary.get("contended") and not res.skipped:
                 tqdm.write(f"perflib: {res.run_dir.name} contended: {res.summary.get('contention_why')}",
                            file=sys.stderr)
