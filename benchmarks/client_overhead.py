@@ -135,10 +135,9 @@ async def floor_request(host: str, port: int, body: bytes) -> dict[str, Any]:
 async def perflib_request(client: Any, base_url: str, i: int, max_tokens: int, transport: str) -> dict[str, Any]:
     from perflib import load
 
-    rec = await load.stream_request(client, base_url, endpoint="completions",
-                                    prompt=f"[{os.getpid()} {i}] tell me about rivers and mountains",
-                                    max_tokens=max_tokens, request_id=str(i), batch=0, context=0, repeat=0,
-                                    extra_body={"cache_prompt": False}, transport=transport)
+    rec = await load.stream_request(client, load.RequestSpec(
+        base_url, f"[{os.getpid()} {i}] tell me about rivers and mountains", max_tokens, str(i), batch=0, context=0,
+        repeat=0, extra_body={"cache_prompt": False}, transport=transport))
     return {"start_ns": rec.start_ns, "end_ns": rec.end_ns, "chunk_ns": rec.chunk_ns, "timings": rec.timings,
             "error": rec.error}
 
@@ -418,13 +417,15 @@ def ceiling(base_url: str, streams: int, workers: int, max_tokens: int) -> dict[
 
     from perflib import load, rundir
     from perflib.load import workers as worker_pool
-    from perflib.load.stream import stream_request
+    from perflib.load.stream import RequestSpec, stream_request
 
     out = Path(tempfile.mkdtemp(prefix="perflib-ceiling-"))
     sink = rundir.RunWriter(out)
     clocks: dict[str, int] = {}
-    common = {"endpoint": "completions", "model": None, "ignore_eos": True, "extra_body": None, "batch": streams,
-              "context": 1, "repeat": 1, "timeout": 600.0}
+
+    def spec(i: int) -> RequestSpec:
+        return RequestSpec(base_url, f"p{i}", max_tokens, str(i), batch=streams, context=1, repeat=1, prompt_tokens=1,
+                           timeout=600.0)
 
     def go() -> None:
         clocks["start"] = mono()
@@ -433,18 +434,14 @@ def ceiling(base_url: str, streams: int, workers: int, max_tokens: int) -> dict[
         go()
 
         async def one(i: int) -> Any:
-            rec = await stream_request(None, base_url, prompt=f"p{i}", max_tokens=max_tokens, request_id=str(i),
-                                       prompt_tokens=1, prompt_tokens_method="estimate", **common)
+            rec = await stream_request(None, spec(i))
             sink.request(rec)
             return rec
 
         return list(await asyncio.gather(*(one(i) for i in range(streams))))
 
     async def in_workers() -> list[Any]:
-        jobs = [{"base_url": base_url, "max_tokens": max_tokens, "timeout": 600.0, "common": common,
-                 "requests": [{"request_id": str(i), "prompt": f"p{i}", "prompt_tokens": 1,
-                               "prompt_tokens_method": "estimate"} for i in share]}
-                for share in worker_pool.split(streams, workers)]
+        jobs = [[spec(i) for i in share] for share in worker_pool.split(streams, workers)]
         return await worker_pool.run_wave(jobs, sink.request, go)
 
     r0, c0 = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)

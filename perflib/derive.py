@@ -2,9 +2,12 @@
 
 `build(campaign)` reads every run folder (`perflib.runs.summarize_run`) and every trace the
 runs point to (`perflib.traces.read_trace`, windowed to the level by the manifest clocks and
-attributed by `perflib.attribution.summarize`); `write(tables, out_dir)` writes the CSV files with
-sorted rows and floats that read back exactly (`read`), so that a rebuild gives the same bytes and a
-page drawn from them is the page drawn from `data/raw`.
+attributed by `perflib.attribution.summarize`), each trace once: a run's attributed tables are kept
+in `data/derived/<campaign>/runs/` (`perflib.runcache`, keyed by the raw trace's hash and what else
+they depend on; the runner stores them at the end of each arm, `run_tables`) and taken from there
+while they stand. `write(tables, out_dir)` writes the CSV files with sorted rows and floats that read
+back exactly (`read`), so that a rebuild gives the same bytes and a page drawn from them is the page
+drawn from `data/raw`.
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ from typing import Any
 
 import pandas as pd
 
-from perflib import attribution, checks, classes, rundir, runs, traces
+from perflib import attribution, checks, classes, runcache, rundir, runs, traces
 from perflib.config import Campaign, RunSpec
 from perflib.errors import InputError, PerflibError
 from perflib.server import losses
@@ -198,44 +201,67 @@ def attribute_run(campaign: Campaign, arm: str, backend: str, run_dir: Path, key
     if not path.exists():
         why = f"{run.label}: trace path {path} does not exist"
         return Attributed(None, why, lost or why)
+    done = _attributed_trace(campaign, spec, run, run_dir, path, manifest, decode_steps)
+    if done.error:
+        why = f"{run.label}: trace {path} could not be attributed: {done.error}"
+        return Attributed(None, why, why)
+    reported, dropped = _start_losses(run_dir, _loss_kind(kind, done.source))
+    if done.uncovered or done.tables is None:
+        loss = done.uncovered + (f": {reported}" if reported else "")
+        return Attributed(None, f"{run.label}: trace not attributed: {loss}", loss, reported)
+    out = {name: frame.assign(**keys) for name, frame in done.tables.items()}
+    loss = (f"its server start's capture lost {dropped:,} records, where is not known (see Profiler losses)"
+            if dropped else "")
+    return Attributed(out, None, loss, reported)
+
+
+def _attributed_trace(campaign: Campaign, spec: Any, run: RunSpec, run_dir: Path, path: Path,
+                      manifest: dict[str, Any], decode_steps: Any) -> runcache.Attributed:
+    """The run's trace attributed, windowed as the page reads it (`run_window`: decode, SERVERS.md §5.2,
+    steps from the request records; level, the counters; steps), or what stopped it: taken from
+    `data/derived/<campaign>/runs/...` where that was stored for the same trace, run folder and settings
+    (`perflib.runcache`), else read from raw, attributed and stored there."""
+    marker = spec.profiler.step_marker if spec else None
+    mode = spec.profiler.window if spec else "decode"
     try:
-        trace = _read_trace_cached(path)
-        # the window and the steps counted for it, as `trace summary --manifest` reads them too:
-        # decode (SERVERS.md §5.2, steps from the request records), level (the counters), steps
-        marker = spec.profiler.step_marker if spec else None
-        mode = spec.profiler.window if spec else "decode"
-        level = attribution.run_window(trace, run_dir, mode, counters=decode_steps, step_marker=marker)
-        reported, dropped = _start_losses(run_dir, _loss_kind(kind, trace.source))
-        span = _capture_span(trace, manifest)
-        if span is not None:
-            covered = attribution.coverage(level.window, span, _tolerance_ns(level.window, level.count))
-            if not covered.covered:
-                loss = covered.describe(f"{mode} window") + (f": {reported}" if reported else "")
-                return Attributed(None, f"{run.label}: trace not attributed: {loss}", loss, reported)
         table: Any = None
         if spec and spec.kernel_classes:
             file = campaign.class_file(spec)
             table = classes.load_class_file(file) if file else spec.kernel_classes
+        key = runcache.key(path, run_dir, decode_steps, table, mode, marker)
+    except Exception as exc:  # noqa: BLE001 - a bad class table is a result for the page, not a crash
+        return runcache.Attributed(None, error=str(exc))
+    folder = campaign.derived_dir() / "runs" / run.arm / run.backend / run.folder
+    stored = runcache.load(folder, key)
+    if stored is not None:
+        return stored
+    source = None
+    try:
+        trace = _read_trace_cached(path)
+        source = trace.source
+        level = attribution.run_window(trace, run_dir, mode, counters=decode_steps, step_marker=marker)
+        span = _capture_span(trace, manifest)
+        if span is not None:
+            covered = attribution.coverage(level.window, span, _tolerance_ns(level.window, level.count))
+            if not covered.covered:
+                done = runcache.Attributed(source, uncovered=covered.describe(f"{mode} window"))
+                runcache.save(folder, key, done)
+                return done
         summary = attribution.summarize(trace, window=level.window, classes=table, steps=level.count,
                                         step_marker=marker)
     except Exception as exc:  # noqa: BLE001 - a bad trace is a result for the page, not a crash
-        why = f"{run.label}: trace {path} could not be attributed: {exc}"
-        return Attributed(None, why, why)
-    out = {
-        "trace_runs": pd.DataFrame([{**keys, "dispatches": summary.dispatches, "window_ms": summary.window_ms,
+        return runcache.Attributed(source, error=str(exc))  # not stored: what broke may be passing (memory)
+    done = runcache.Attributed(source, {
+        "trace_runs": pd.DataFrame([{"dispatches": summary.dispatches, "window_ms": summary.window_ms,
                                      "busy_ms": summary.busy_ms, "gap_ms": summary.gap_ms,
                                      "busy_share": summary.busy_share, "steps": summary.steps,
                                      "busy_ms_per_step": summary.busy_ms_per_step,
                                      "gap_ms_per_step": summary.gap_ms_per_step, "step_method": summary.step_method,
                                      "steps_guessed": summary.steps_guessed}]),
-        "classes": summary.classes.assign(**keys),
-        "kernels": summary.kernels.assign(**keys),
-        "gaps": summary.gap_buckets.assign(**keys),
-        "steps": summary.step_table.assign(**keys),
-    }
-    loss = (f"its server start's capture lost {dropped:,} records, where is not known (see Profiler losses)"
-            if dropped else "")
-    return Attributed(out, None, loss, reported)
+        "classes": summary.classes, "kernels": summary.kernels, "gaps": summary.gap_buckets,
+        "steps": summary.step_table})
+    runcache.save(folder, key, done)
+    return done
 
 
 def trace_rows(campaign: Campaign, arm: str, backend: str, run_dir: Path, keys: dict[str, Any],
@@ -359,8 +385,9 @@ def build_and_write(campaign: Campaign, data_dir: Path | None = None) -> Derived
 
 
 def run_tables(campaign: Campaign, run: RunSpec) -> dict[str, pd.DataFrame]:
-    """The trace tables of one run, windowed to its level, written to
-    `data/derived/<campaign>/runs/<arm>/<backend>/<run>/`; a missing trace is a clear error."""
+    """The trace tables of one run, windowed to its level, as the page reads them: attributed once and
+    kept in `data/derived/<campaign>/runs/<arm>/<backend>/<run>/` (`perflib.runcache`), where `build`
+    takes them from while the trace and the run folder are the same; a missing trace is a clear error."""
     run_dir = run.run_dir(campaign.data_dir)
     manifest = rundir.read_manifest(run_dir, missing_ok=True)
     if manifest is None:
@@ -370,8 +397,4 @@ def run_tables(campaign: Campaign, run: RunSpec) -> dict[str, pd.DataFrame]:
     tables, why = trace_rows(campaign, run.arm, run.backend, run_dir, keys, row.get("decode_steps"))
     if tables is None:
         raise PerflibError(why or f"{run.label}: no trace")
-    out_dir = campaign.derived_dir() / "runs" / run.arm / run.backend / run.folder
-    out_dir.mkdir(parents=True, exist_ok=True)
-    for name, frame in tables.items():
-        rundir.write_atomic(out_dir / f"{name}.csv", _csv(normalize(name, frame)))
     return {name: normalize(name, frame) for name, frame in tables.items()}

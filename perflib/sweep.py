@@ -1,10 +1,10 @@
 """Sweep batch × context against a live server: one run folder per level and repeat.
 
-- `run_level(base_url, batch, context, decode_tokens, repeat, out_dir, ...) -> LevelResult` measures
-  one run into `<out_dir>/b<batch>_c<context>_r<repeat>/` (docs/SCHEMA.md §2), or returns the
-  folder's summary without measuring when its manifest already says `complete`.
-- `sweep(...)` runs every (batch, context, repeat) with a progress bar and folds the repeats into
-  one row per level (`perflib.runs.level_rows`).
+- `run_level(spec) -> LevelResult` measures one run (a `perflib.load.LevelSpec`) into
+  `<out_dir>/b<batch>_c<context>_r<repeat>/` (docs/SCHEMA.md §2), or returns the folder's summary
+  without measuring when its manifest already says `complete`.
+- `sweep(level, batches, contexts, repeats)` runs every (batch, context, repeat) with a progress bar
+  and folds the repeats into one row per level (`perflib.runs.level_rows`).
 
 The figures of a run are computed from its folder alone by `perflib.runs.summarize_run`.
 """
@@ -16,7 +16,7 @@ import platform
 import shutil
 import sys
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -44,6 +44,9 @@ class LevelResult:
     skipped: bool = False
     unreachable: bool = False
     moved_aside: Path | None = None
+    contention_note: str = ""
+    """What the contention sampler could not tell on this machine ('' where nothing): the sweep says it once;
+    the campaign runner says it through `perflib.campaign.contention`."""
 
 
 def tool_versions() -> dict[str, str]:
@@ -62,73 +65,51 @@ def tool_versions() -> dict[str, str]:
     return tools
 
 
-def run_level(
-    base_url: str,
-    batch: int,
-    context: int,
-    decode_tokens: int,
-    repeat: int,
-    out_dir: Path | str,
-    *,
-    endpoint: str = "completions",
-    dialect: str = "auto",
-    server: Any = None,
-    campaign: str | None = None,
-    arm: str | None = None,
-    backend: str | None = None,
-    timeout: float | None = None,
-    ignore_eos: bool = True,
-    extra_body: Mapping[str, Any] | None = None,
-    contention: bool = True,
-    contention_threshold: float = load.CPU_THRESHOLD,
-    workers: int = 1,
-    idle_timeout: float | None = load.DEFAULT_IDLE_TIMEOUT_S,
-    wait_threshold: float | None = load.WAIT_THRESHOLD,
-    psi_threshold: float | None = load.PSI_THRESHOLD,
-) -> LevelResult:
-    """Measure one (batch, context, repeat) run into `<out_dir>/b<batch>_c<context>_r<repeat>/`.
+def run_level(spec: load.LevelSpec) -> LevelResult:
+    """Measure one run into `spec.run_dir` (`<out_dir>/b<batch>_c<context>_r<repeat>/`).
 
     `batch` requests of `context` prompt tokens (measured with the server's `/tokenize`) and
     `decode_tokens` streamed tokens each (`ignore_eos`) are sent at once, after one short
     warm-up request (kept in `warmup.jsonl`). A folder already `complete` is not re-measured; an
-    incomplete one is moved aside to `<name>.incomplete-<n>` first. `server` is the
-    `perflib.server.ServerHandle` when perflib started the server: its flags go into the manifest
-    and the slice of its log written during the level into the folder's `server.log`.
+    incomplete one is moved aside to `<name>.incomplete-<n>` first. `spec.server` is what perflib knows
+    of a server it started (`perflib.load.ServerInfo`): its flags go into the manifest and the slice of its log
+    written during the level into the folder's `server.log`.
 
     Faults never raise: the manifest lists them and says `incomplete` (that includes `/metrics`
     being off: the client records are kept, the counters are marked unavailable).
 
-    With `contention` (the default) the level samples what else uses this machine while it runs
-    (`perflib.load.contention`: other processes' CPU, load, steal; the server found by its listening
-    port is not "other"; and the kernel's count of the server's and client's run-queue waits, over
-    `wait_threshold` seconds per CPU second, and the PSI stall share over `psi_threshold`,
+    With `spec.contention_threshold` set (the default) the level samples what else uses this machine
+    while it runs (`perflib.load.contention`: other processes' CPU, load, steal; the server found by its
+    listening port is not "other"; and the kernel's count of the server's and client's run-queue waits,
+    over `wait_threshold` seconds per CPU second, and the PSI stall share over `psi_threshold`,
     `perflib.load.pressure`) into `manifest["contention"]`;
     a contended level stays complete and says so, and `perflib campaign run` redoes it.
 
-    `workers` > 1 sends the level's requests from that many processes (`perflib.load.workers`) into
+    `spec.workers` > 1 sends the level's requests from that many processes (`perflib.load.workers`) into
     the same `requests.jsonl`; the manifest says how many.
 
-    `timeout` bounds each request (default `perflib.load.request_timeout_for(decode_tokens)`),
-    `idle_timeout` the time without a byte once its stream has begun (None: no limit); a request
+    `spec.timeout` bounds each request (default `perflib.load.request_timeout_for(decode_tokens)`),
+    `spec.idle_timeout` the time without a byte once its stream has begun (None: no limit); a request
     that hits one fails with the timeout named, and the level is incomplete. The manifest keeps both.
     """
-    if timeout is None:
-        timeout = load.request_timeout_for(decode_tokens)
-    run_dir = rundir.run_dir(out_dir, batch, context, repeat)
+    batch, context, repeat, base_url = spec.batch, spec.context, spec.repeat, spec.base_url
+    run_dir = spec.run_dir
     if rundir.is_complete(run_dir):
         summary, problem = _summary(run_dir, batch, context, repeat)
         status = UNREADABLE if problem else rundir.COMPLETE
         return LevelResult(run_dir, status, (problem,) if problem else (), summary, skipped=True)
     moved = rundir.move_aside(run_dir) if run_dir.exists() else None
     run_dir.mkdir(parents=True)
-    manifest = {"campaign": campaign, "arm": arm, "backend": backend, **_started_manifest(
-        base_url, endpoint, batch, context, decode_tokens, repeat), "moved_aside": str(moved) if moved else None,
-        "workers": workers, "timeouts": {"request_s": timeout, "idle_s": idle_timeout}}
+    started = spec.server
+    manifest = {"campaign": spec.campaign, "arm": spec.arm, "backend": spec.backend, **_started_manifest(
+        base_url, spec.endpoint, batch, context, spec.decode_tokens, repeat),
+        "moved_aside": str(moved) if moved else None, "workers": spec.workers,
+        "timeouts": {"request_s": spec.request_timeout, "idle_s": spec.idle_timeout}}
     rundir.write_manifest(run_dir, manifest)
     try:
-        manifest["server"] = load.server_identity(base_url, flags=list(server.flags) if server else None,
-                                                  version=_server_version(server))
-        manifest["server"].update(_started_identity(server))
+        manifest["server"] = load.server_identity(base_url, flags=list(started.flags) if started else None,
+                                                  version=started.version if started else None)
+        manifest["server"].update(started.started() if started else {})
     except httpx.HTTPError as exc:
         message = (f"level {run_dir.name}: server unreachable at {base_url}: {type(exc).__name__}: "
                    f"{exc or 'connection refused'}; is it running at that address? "
@@ -138,23 +119,20 @@ def run_level(
         summary, _ = _summary(run_dir, batch, context, repeat)
         return LevelResult(run_dir, rundir.INCOMPLETE, (message,), summary, unreachable=True, moved_aside=moved)
 
-    log_start = _log_size(server)
-    sampler = load.ContentionSampler(_own_pids(base_url, server), threshold=contention_threshold,
-                                     wait_threshold=wait_threshold, psi_threshold=psi_threshold)
-    if contention:
+    log_path = started.log_path if started else None
+    log_start = _log_size(log_path)
+    sampler = None
+    if spec.contention:  # the server's processes found by its port: only where other processes are sampled
+        sampler = load.ContentionSampler(_own_pids(base_url, started), threshold=spec.contention_threshold,
+                                         wait_threshold=spec.wait_threshold, psi_threshold=spec.psi_threshold)
         sampler.start()
+    sent = replace(spec, model=spec.model or manifest["server"].get("model"),
+                   extra_body=spec.extra_body if spec.extra_body is not None else _extra_body(manifest))
     try:
-        outcome = load.run_sync(load.run_level_async(
-            base_url, batch, context, decode_tokens, repeat, rundir.RunWriter(run_dir),
-            endpoint=endpoint, model=manifest["server"].get("model"), dialect=dialect,
-            ignore_eos=ignore_eos, extra_body=extra_body if extra_body is not None else _extra_body(manifest),
-            timeout=timeout, workers=workers, idle_timeout=idle_timeout,
-        ))
+        outcome = load.run_sync(load.run_level_async(sent, rundir.RunWriter(run_dir)))
     finally:
-        seen = sampler.stop() if contention else None
-        _copy_log_slice(server, log_start, run_dir / rundir.SERVER_LOG)
-    if seen is not None and seen.note:
-        load.say_once(seen.note)
+        seen = sampler.stop() if sampler is not None else None
+        _copy_log_slice(log_path, log_start, run_dir / rundir.SERVER_LOG)
     manifest["contention"] = seen.as_dict() if seen is not None else {"available": False, "contended": False,
                                                                        "note": "not sampled (--no-contention)"}
     manifest.update({
@@ -170,7 +148,8 @@ def run_level(
     summary, problem = _summary_checked(run_dir, manifest, outcome.errors)
     status = UNREADABLE if problem else manifest["status"]
     return LevelResult(run_dir, status, (*outcome.errors, *([problem] if problem else [])), summary,
-                       unreachable=outcome.unreachable, moved_aside=moved)
+                       unreachable=outcome.unreachable, moved_aside=moved,
+                       contention_note=seen.note if seen is not None and seen.note else "")
 
 
 def _summary_checked(run_dir: Path, manifest: dict[str, Any], errors: list[str]) -> tuple[dict[str, Any], str | None]:
@@ -226,50 +205,18 @@ def _started_manifest(base_url: str, endpoint: str, batch: int, context: int, de
     }
 
 
-def _own_pids(base_url: str, server: Any) -> set[int]:
+def _own_pids(base_url: str, started: load.ServerInfo | None) -> set[int]:
     """The server's processes, which are not contention: the one perflib started, and whatever
     listens on the URL's port where the URL is this host."""
     from urllib.parse import urlsplit
 
     pids: set[int] = {os.getpid()}  # and so this client's own load workers
-    process = getattr(server, "process", None)
-    if process is not None:
-        pids.add(process.pid)
-    started = getattr(server, "started", None) or {}
-    if isinstance(started.get("pid"), int):
-        pids.add(started["pid"])
+    if started is not None and started.pid is not None:
+        pids.add(started.pid)
     parts = urlsplit(base_url)
     if parts.hostname in ("127.0.0.1", "localhost", "::1", "0.0.0.0") and parts.port:
         pids |= load.listening_pids(parts.port)
     return pids
-
-
-def _server_version(server: Any) -> str | None:
-    """The version line of a server perflib started; a nicety the level does not depend on."""
-    if server is None:
-        return None
-    try:
-        return server.identity().get("version")
-    except Exception:  # noqa: BLE001 - the version line is a nicety; the level does not depend on it
-        return None
-
-
-def _started_identity(server: Any) -> dict[str, Any]:
-    """What perflib knows of a server it started beyond what it answers over HTTP: the preset, the
-    binary and its SHA-256, the commit its version names, the model file."""
-    if server is None:
-        return {}
-    try:
-        ident = server.identity()
-    except Exception:  # noqa: BLE001 - a nicety, as the version line
-        return {}
-    keys = ("binary", "binary_sha256", "commit", "model_file")
-    out = {k: ident.get(k) for k in keys if ident.get(k) is not None}
-    if ident.get("kind"):
-        out["preset"] = ident["kind"]
-    if ident.get("model"):
-        out["model_file"] = ident["model"]
-    return out
 
 
 def _extra_body(manifest: Mapping[str, Any]) -> dict[str, Any]:
@@ -278,17 +225,15 @@ def _extra_body(manifest: Mapping[str, Any]) -> dict[str, Any]:
     return {"cache_prompt": False} if identity.get("kind") == "llama.cpp" else {}
 
 
-def _log_size(server: Any) -> int | None:
-    path = getattr(server, "log_path", None)
+def _log_size(path: str | None) -> int | None:
     try:
         return Path(path).stat().st_size if path else None
     except OSError:
         return None
 
 
-def _copy_log_slice(server: Any, start: int | None, target: Path) -> None:
+def _copy_log_slice(path: str | None, start: int | None, target: Path) -> None:
     """Copy the bytes the server logged since `start` (this level's slice) to `target`."""
-    path = getattr(server, "log_path", None)
     if not path or start is None:
         return
     try:
@@ -308,25 +253,20 @@ class SweepResult:
     server_log: Path | None = None
 
 
-def _run_plan(plan: list[tuple[int, int, int]], base_url: str, decode_tokens: int, out: Path, endpoint: str,
-              dialect: str, handle: Any, timeout: float | None, progress: bool, result: SweepResult,
-              contention: bool = True, contention_threshold: float = load.CPU_THRESHOLD, workers: int = 1,
-              idle_timeout: float | None = load.DEFAULT_IDLE_TIMEOUT_S,
-              wait_threshold: float | None = load.WAIT_THRESHOLD,
-              psi_threshold: float | None = load.PSI_THRESHOLD) -> None:
-    """Every (batch, context, repeat) of the plan in turn; stops at a server that cannot be reached or
-    that perflib started and that died, after the level's folder was marked incomplete."""
+def _run_plan(level: load.LevelSpec, plan: list[tuple[int, int, int]], handle: server.ServerHandle | None,
+              progress: bool, result: SweepResult) -> None:
+    """Every (batch, context, repeat) of the plan in turn, each `level` at that point; stops at a server
+    that cannot be reached or that perflib started and that died, after the level's folder was marked
+    incomplete."""
     from tqdm import tqdm
 
     bar = tqdm(total=len(plan), unit="run", file=sys.stderr, disable=not progress)
     try:
         for batch, context, repeat in plan:
             bar.set_description(rundir.run_name(batch, context, repeat))
-            res = run_level(base_url, batch, context, decode_tokens, repeat, out, endpoint=endpoint,
-                            dialect=dialect, server=handle, timeout=timeout, contention=contention,
-                            contention_threshold=contention_threshold, workers=workers, idle_timeout=idle_timeout,
-                            wait_threshold=wait_threshold, psi_threshold=psi_threshold)
+            res = run_level(level.at(batch, context, repeat))
             result.results.append(res)
+            load.say_once(res.contention_note)
             if progress and res.summary.get("contended") and not res.skipped:
                 tqdm.write(f"perflib: {res.run_dir.name} contended: {res.summary.get('contention_why')}",
                            file=sys.stderr)
@@ -364,56 +304,37 @@ def _check_matrix(base_url: str | None, start_server: bool, batches: Sequence[in
                            f"{len(contexts)} contexts x {repeats} repeats)")
 
 
-def sweep(
-    base_url: str | None,
-    batches: Sequence[int],
-    contexts: Sequence[int],
-    decode_tokens: int,
-    repeats: int,
-    out_dir: Path | str,
-    *,
-    endpoint: str = "completions",
-    dialect: str = "auto",
-    start_server: bool = False,
-    model: Path | str | None = None,
-    threads: int | None = None,
-    progress: bool = True,
-    timeout: float | None = None,
-    contention: bool = True,
-    contention_threshold: float = load.CPU_THRESHOLD,
-    workers: int = 1,
-    idle_timeout: float | None = load.DEFAULT_IDLE_TIMEOUT_S,
-    wait_threshold: float | None = load.WAIT_THRESHOLD,
-    psi_threshold: float | None = load.PSI_THRESHOLD,
-) -> SweepResult:
-    """Every (batch, context, repeat) as a run folder under `out_dir`, then one row per level.
+def sweep(level: load.LevelSpec, batches: Sequence[int], contexts: Sequence[int], repeats: int, *,
+          start_server: bool = False, model: Path | str | None = None, threads: int | None = None,
+          progress: bool = True) -> SweepResult:
+    """Every (batch, context, repeat) as a run folder under `level.out_dir`, then one row per level.
 
-    With `start_server`, perflib starts llama-server itself (`perflib.server.start_local_llama`) with
-    `--parallel max(batches)` and room for the longest context in every slot; its whole log is
-    `<out_dir>/server.log` and each run folder gets the slice written during its level. `model`
-    defaults to the project's random-weight test model.
+    `level` is every level's spec but for its batch, context and repeat, which come from the matrix
+    (`LevelSpec.at`). With `start_server`, perflib starts llama-server itself
+    (`perflib.server.start_local_llama`) with `--parallel max(batches)` and room for the longest context in
+    every slot, and `level.base_url` must be empty; its whole log is `<out_dir>/server.log` and each run
+    folder gets the slice written during its level. `model` defaults to the project's random-weight test
+    model.
 
     A run that cannot reach the server stops the sweep with a `PerflibError` naming the level and
     URL, after its manifest was marked incomplete; records already measured stay on disk.
     """
-    _check_matrix(base_url, start_server, batches, contexts, decode_tokens, repeats)
-    if workers < 1:
-        raise PerflibError(f"--workers must be at least 1, got {workers}")
-    out = Path(out_dir)
+    _check_matrix(level.base_url, start_server, batches, contexts, level.decode_tokens, repeats)
+    if level.workers < 1:
+        raise PerflibError(f"--workers must be at least 1, got {level.workers}")
+    out = level.out_dir
     out.mkdir(parents=True, exist_ok=True)
     result = SweepResult(out_dir=out)
     handle = None
     if start_server:
-        handle = server.start_local_llama(parallel=max(batches), context=max(contexts), decode_tokens=decode_tokens,
-                                          log_path=out / rundir.SERVER_LOG, model=Path(model) if model else None,
-                                          threads=threads)
+        handle = server.start_local_llama(parallel=max(batches), context=max(contexts),
+                                          decode_tokens=level.decode_tokens, log_path=out / rundir.SERVER_LOG,
+                                          model=Path(model) if model else None, threads=threads)
         result.server_log = handle.log_path
-        base_url = handle.base_url
-    assert base_url is not None
+        level = replace(level, base_url=handle.base_url, server=load.ServerInfo.of(handle))
     plan = [(b, c, r) for b in batches for c in contexts for r in range(1, repeats + 1)]
     try:
-        _run_plan(plan, base_url, decode_tokens, out, endpoint, dialect, handle, timeout, progress, result,
-                  contention, contention_threshold, workers, idle_timeout, wait_threshold, psi_threshold)
+        _run_plan(level, plan, handle, progress, result)
     finally:
         if handle is not None:
             handle.stop()

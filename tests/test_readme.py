@@ -170,18 +170,29 @@ def cells_client_ceiling() -> list[Cell]:
     return out
 
 
+def overhead_run(at: str | None) -> Callable[[dict], dict]:
+    """The campaign_overhead JSON's run: its top level, or the one under `at` (`papermill`)."""
+    return lambda j: j[at] if at else j
+
+
 def cells_campaign_overhead() -> list[Cell]:
     table = "| | wall | levels | overhead | before the first level |"
     out = []
-    for row, src in (("| demo, this run |", "results-campaign_overhead.json"),
-                     ("| demo with `decode_tokens: 512`", "results-campaign_overhead-decode512.json")):
-        out += [Cell(table, row, "wall", src, (lambda j: j["wall_s"],)),
-                Cell(table, row, "levels", src, (lambda j: j["levels_s"], lambda j: 100 * j["levels_s"] / j["wall_s"])),
-                Cell(table, row, "overhead", src, (lambda j: 100 * j["overhead_share"],)),
-                Cell(table, row, "before the first level", src, (lambda j: j["before_first_level_s"],)),
+    for row, src, at in (("| demo, one kernel per group (2026-12-01) |", "results-campaign_overhead.json", None),
+                         ("| demo with `decode_tokens: 512` (levels 8×", "results-campaign_overhead-decode512.json", None),
+                         ("| demo, in the runner's process (issue 23", "results-campaign_overhead-in-process.json", None),
+                         ("| the same run's `--papermill`", "results-campaign_overhead-in-process.json", "papermill"),
+                         ("| demo with `decode_tokens: 512`, in the runner's process",
+                          "results-campaign_overhead-in-process-decode512.json", None)):
+        run = overhead_run(at)
+        out += [Cell(table, row, "wall", src, (lambda j, r=run: r(j)["wall_s"],)),
+                Cell(table, row, "levels", src, (lambda j, r=run: r(j)["levels_s"],
+                                                 lambda j, r=run: 100 * r(j)["levels_s"] / r(j)["wall_s"])),
+                Cell(table, row, "overhead", src, (lambda j, r=run: 100 * r(j)["overhead_share"],)),
+                Cell(table, row, "before the first level", src, (lambda j, r=run: r(j)["before_first_level_s"],)),
                 Cell(table, row, "between levels (median a run)", src,
-                     (lambda j: j["between_levels_s"], lambda j: j["between_levels_median_s"])),
-                Cell(table, row, "after the last", src, (lambda j: j["after_last_level_s"],))]
+                     (lambda j, r=run: r(j)["between_levels_s"], lambda j, r=run: r(j)["between_levels_median_s"])),
+                Cell(table, row, "after the last", src, (lambda j, r=run: r(j)["after_last_level_s"],))]
     row, src = "| the previous change", "results-campaign_overhead-previous.json"
     out += [Cell(table, row, "wall", src, (lambda j: j["wall_s"],)),
             Cell(table, row, "levels", src, (lambda j: 100 * j["levels_s"] / j["wall_s"],)),

@@ -1,12 +1,14 @@
 """Campaigns on top of everything: load and check a campaign file, run its matrix, guard the GPU.
 
 - `validate`: `load_campaign(path)`, the campaign file checked against everything perflib knows.
-- `runner`: `run_campaign`, every incomplete run measured through papermill, then the page.
+- `runner`: `run_campaign`, every incomplete run measured in this process (or, `papermill=True`, through
+  collect.ipynb in a kernel), each traced run attributed once at the end of its arm, then the page.
 - `servers`: each (arm, backend) server started from its preset or command under its profiler,
   restarted where it died, stopped at the end; `server.json` records every start.
 - `captures`: a stopped server's lifetime capture cut into the runs it served.
 - `claims`: one runner per (arm, backend), whichever host, over a shared data folder.
 - `notebooks`: papermill execution, and the functions the notebooks call (`collect_run`, ...).
+- `records`: a run's collect.ipynb and profile.ipynb written from its results, no kernel.
 - `guard`: the GPU guard that redoes contended runs.
 - `contention`: runs that other work on the CPUs contended, redone within a wait budget and said as it happens.
 

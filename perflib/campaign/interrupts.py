@@ -9,11 +9,15 @@ it as Python's does, and `check()`, called between runs, raises it again where i
 run in progress is then kept incomplete, as for any Ctrl-C) and puts the handler back where
 something replaced it. A campaign started with SIGINT ignored (a background job) keeps it ignored.
 SIGTERM unwinds the same way (`perflib.errors.Terminated`, a KeyboardInterrupt): a `kill` or a
-scheduler's stop also stops the servers and keeps the run in progress incomplete.
+scheduler's stop also stops the servers and keeps the run in progress incomplete. The runner measures
+in its own event loop: a signal that lands there is raised from a loop callback of its own, not inside
+the callback it interrupted (uvloop logs an interrupt raised in its read callback as an error, with a
+traceback, before passing it on).
 """
 
 from __future__ import annotations
 
+import asyncio
 import signal
 import threading
 from types import FrameType
@@ -35,7 +39,19 @@ class CtrlC:
 
     def _handler(self, signum: int, frame: FrameType | None) -> None:
         self.seen = SIGNALS[signum]
+        loop = _running_loop()
+        if loop is not None:
+            # A level runs its event loop in this thread, and the signal may land inside one of the loop's
+            # callbacks (a stream's read, called from C under uvloop), which would log the interrupt as an
+            # error with a traceback before passing it on: it is raised from a callback of its own instead,
+            # which the loop lets through unlogged, and the run in progress unwinds as for any Ctrl-C.
+            loop.call_soon_threadsafe(self._raise)
+            return
         raise self.seen
+
+    def _raise(self) -> None:
+        if self.seen is not None:
+            raise self.seen
 
     def __enter__(self) -> CtrlC:
         if threading.current_thread() is threading.main_thread():
@@ -58,3 +74,11 @@ class CtrlC:
         for sig in self._previous:
             if signal.getsignal(sig) != self._handler:
                 signal.signal(sig, self._handler)
+
+
+def _running_loop() -> asyncio.AbstractEventLoop | None:
+    """The event loop running in this thread, or None."""
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None

@@ -1,4 +1,5 @@
-"""One Jupyter kernel for all the runs of an (arm, backend) group, executed through papermill.
+"""One Jupyter kernel for all the runs of an (arm, backend) group, executed through papermill
+(`perflib campaign run --papermill`; by default the runner measures in its own process).
 
 A fresh kernel per run cost the demo campaign about 1.5 s a run (start and stop 1.03 s, importing
 pandas and perflib in it 0.46 s) against levels of a second or two. `KernelSession` keeps one

@@ -1,8 +1,11 @@
 """Running perflib's parameterized notebooks with papermill, and the functions those notebooks call.
 
-`collect.ipynb` measures one run (`collect_run`), `profile.ipynb` attributes its trace
-(`profile_run`), `report.ipynb` shows the verdicts (`export_notebook` exports it as Markdown). Each
-notebook holds a `parameters` cell and calls into perflib; papermill injects the parameters.
+`collect.ipynb` measures one run (`collect_run` of its one parameter, `level`: a
+`perflib.load.LevelSpec` as JSON), `profile.ipynb` attributes its trace (`profile_run`),
+`report.ipynb` shows the verdicts (`export_notebook` exports it as Markdown). Each notebook holds a
+`parameters` cell and calls into perflib; papermill injects the parameters. The campaign runner
+measures in its own process by default (`measure`, the function `collect_run` calls) and writes the
+notebooks from the results (`perflib.campaign.records`); with `--papermill` it executes them here.
 """
 
 from __future__ import annotations
@@ -11,20 +14,21 @@ import contextlib
 import os
 import subprocess
 import sys
-from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from perflib import load
 from perflib.campaign import kernels
 from perflib.campaign.validate import load_campaign
 from perflib.config import Campaign, RunSpec
 from perflib.errors import PerflibError
+from perflib.load import LevelSpec
 
-if TYPE_CHECKING:  # the runner's process imports this module but never pandas, sweep or derive (0.9 s)
+if TYPE_CHECKING:  # imported where used: the trace readers and attribution only where a trace is profiled
     import pandas as pd
 
+    from perflib.sweep import LevelResult
 
 
 def _notebooks_dir() -> Path:
@@ -38,56 +42,40 @@ def _notebooks_dir() -> Path:
 NOTEBOOKS = _notebooks_dir()
 
 
-@dataclass(frozen=True)
-class StartedServer:
-    """What the runner knows of a server it started, handed to `run_level` inside the notebook
-    (the real `ServerHandle` lives in the runner process): flags, log and version."""
-
-    flags: tuple[str, ...]
-    log_path: str | None
-    version: str | None = None
-    started: dict[str, Any] | None = None
-    """What `perflib.server.ServerHandle.identity` recorded: binary, its SHA-256, commit, preset, model."""
-
-    def identity(self) -> dict[str, Any]:
-        return {**(self.started or {}), "version": self.version, "flags": list(self.flags)}
-
-
-def collect_run(campaign_file: str | Path, arm: str, backend: str, batch: int, context: int, repeat: int,
-                base_url: str, data_dir: str | Path | None = None, server_flags: Sequence[str] | None = None,
-                server_log: str | None = None, server_version: str | None = None,
-                server_identity: dict[str, Any] | None = None,
-                contention_threshold: float | None = load.CPU_THRESHOLD,
-                wait_threshold: float | None = load.WAIT_THRESHOLD,
-                psi_threshold: float | None = load.PSI_THRESHOLD) -> Path:
-    """Measure one run into its folder with `perflib.sweep.run_level`; returns the run folder.
-
-    `contention_threshold` (a share of one core; None: not sampled) is what other processes may use
-    during the level before the manifest marks it contended (`perflib.load.contention`);
-    `wait_threshold` the run-queue wait per CPU second of the server's and client's threads and
-    `psi_threshold` the PSI stall share (`perflib.load.pressure`; None: that signal does not decide).
-
-    A server that does not answer leaves an incomplete manifest naming the URL and raises, so
-    the runner records the failure and goes on.
-    """
+def measure(level: LevelSpec) -> tuple[LevelResult, str | None]:
+    """Measure one run into its folder (`perflib.sweep.run_level`); the result, and the error where the
+    run is not complete (a server that does not answer leaves an incomplete manifest naming the URL)."""
     from perflib import sweep
 
-    campaign = load_campaign(campaign_file)
-    data = Path(data_dir) if data_dir else campaign.data_dir
-    run = RunSpec(campaign.name, arm, backend, batch, context, repeat, campaign.decode_tokens)
-    spec = campaign.backend(backend)
-    server = (StartedServer(tuple(server_flags), server_log, server_version, server_identity)
-              if server_flags is not None else None)
-    result = sweep.run_level(base_url, batch, context, campaign.decode_tokens, repeat, run.run_dir(data).parent,
-                             dialect=spec.dialect, server=server, campaign=campaign.name, arm=arm, backend=backend,
-                             contention=contention_threshold is not None, workers=campaign.workers,
-                             timeout=campaign.request_timeout_s, idle_timeout=campaign.idle_timeout_s,
-                             contention_threshold=(load.CPU_THRESHOLD if contention_threshold is None
-                                                   else contention_threshold), wait_threshold=wait_threshold,
-                             psi_threshold=psi_threshold)
-    if result.status != "complete":
-        errors = "; ".join(result.errors) or "no error recorded"
-        raise PerflibError(f"run {run.label} against {base_url} is incomplete: {errors}")
+    result = sweep.run_level(level)
+    if result.status == "complete":
+        return result, None
+    errors = "; ".join(result.errors) or "no error recorded"
+    label = "/".join(x for x in (level.arm, level.backend, level.name) if x)
+    return result, f"run {label} against {level.base_url} is incomplete: {errors}"
+
+
+def collect_run(level: LevelSpec | Mapping[str, Any] | str, base_url: str | None = None,
+                out_dir: str | Path | None = None) -> Path:
+    """Measure one run into its folder, as `collect.ipynb` does; returns the run folder.
+
+    `level`: a `perflib.load.LevelSpec`, or its JSON (object or text: the notebook's `level` parameter).
+    `base_url` measures against another server than the level's (what perflib knew of the level's own
+    server, its flags and log, is then left out) and `out_dir` into another folder: a notebook that a
+    campaign wrote into a run folder measures the run again with both given, its own server long
+    stopped and its own folder complete.
+
+    An incomplete run (a server that does not answer, requests that failed) raises a `PerflibError`, so
+    that papermill records the failure and the runner goes on; its manifest says what happened.
+    """
+    spec = LevelSpec.from_json(level)
+    if base_url:
+        spec = replace(spec, base_url=str(base_url), server=None)
+    if out_dir is not None:
+        spec = replace(spec, out_dir=Path(out_dir))
+    result, error = measure(spec)
+    if error:
+        raise PerflibError(error)
     return result.run_dir
 
 
@@ -188,8 +176,8 @@ def _kernel_env() -> dict[str, str]:
 
 def profile_run(campaign_file: str | Path, arm: str, backend: str, batch: int, context: int, repeat: int,
                 data_dir: str | Path | None = None) -> dict[str, pd.DataFrame]:
-    """Attribute one run's trace, windowed to its level, and write its tables to
-    `data/derived/<campaign>/runs/<arm>/<backend>/<run>/` (`perflib.derive.run_tables`)."""
+    """Attribute one run's trace, windowed to its level (`perflib.derive.run_tables`): its tables are kept
+    in `data/derived/<campaign>/runs/<arm>/<backend>/<run>/`, where the page takes them from."""
     from perflib import derive
 
     campaign = load_campaign(campaign_file)

@@ -2,25 +2,28 @@
 
 `run_campaign` builds what the servers need first (binaries, models, the CUPTI library), then for
 each (arm, backend) claims its folder (`perflib.campaign.claims`: one runner per arm and backend,
-whichever host), starts its server under its profiler (`perflib.campaign.servers`), executes
-`notebooks/collect.ipynb` once per run with papermill, restarting a server that died, and stops it.
-Then it cuts the server's capture into the runs (`perflib.campaign.captures`) and executes
-`profile.ipynb` for each traced run. Complete runs are skipped and failed ones carried past. With
-the GPU guard it waits for an idle device and redoes runs that saw another GPU process
-(LOADGEN.md §7). Ctrl-C stops the server, marks the run in progress incomplete and keeps the rest.
+whichever host), starts its server under its profiler (`perflib.campaign.servers`), measures each run
+in this process (`perflib.campaign.notebooks.measure` of the run's `perflib.load.LevelSpec`) and
+writes its `collect.ipynb` from the results (`perflib.campaign.records`), restarting a server that
+died, and stops it. Then it cuts the server's capture into the runs (`perflib.campaign.captures`) and
+attributes each traced run once (`perflib.derive.run_tables`, the per-run tables the page reads),
+writing its `profile.ipynb`. With `papermill=True` (`--papermill`) each run is measured and each trace
+attributed by executing those notebooks with papermill instead, in one kernel per (arm, backend); the
+run folders get the same files. Complete runs are skipped and failed ones carried past. With the GPU
+guard it waits for an idle device and redoes runs that saw another GPU process (LOADGEN.md §7).
+Ctrl-C stops the server, marks the run in progress incomplete and keeps the rest.
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from perflib import load, rundir
-from perflib.campaign import claims, kernels
+from perflib.campaign import claims, kernels, records
 from perflib.campaign.contention import WAIT_BUDGET_S, CpuContention
 from perflib.campaign.guard import GpuGuard
 from perflib.campaign.interrupts import CtrlC
@@ -29,11 +32,13 @@ from perflib.campaign.notebooks import (
     execute_notebook,
     find_kernel,
     import_papermill,
+    measure,
     without_iri_grammars,
 )
 from perflib.campaign.servers import Prepared, ServedArm, prepare, stop_orphans
 from perflib.config import ArmSpec, BackendSpec, Campaign, RunSpec
 from perflib.errors import PerflibError, interrupt_text
+from perflib.load import LevelSpec
 
 
 @dataclass(frozen=True)
@@ -89,13 +94,14 @@ class _Progress:
 
 
 def _check_notebook_extras() -> None:
-    """The notebook extras are installed (found, not imported: papermill is imported while a server starts)."""
+    """The notebook extras that `--papermill` needs are installed (found, not imported: papermill is
+    imported while a server starts)."""
     import importlib.util
 
     for name in ("jupyter_client", "nbclient", "papermill"):
         if importlib.util.find_spec(name) is None:
             raise PerflibError(f"`perflib campaign run` needs the notebook extras ({name} is missing): "
-                               "pip install 'perflib[notebooks]'")
+                               "pip install 'perflib[notebooks]' (or run without --papermill)")
 
 
 def run_campaign(campaign: Campaign, data_dir: Path | None = None, reports_dir: Path | None = None,
@@ -105,8 +111,12 @@ def run_campaign(campaign: Campaign, data_dir: Path | None = None, reports_dir: 
                  contention_threshold: float | None = load.CPU_THRESHOLD,
                  wait_threshold: float | None = load.WAIT_THRESHOLD,
                  psi_threshold: float | None = load.PSI_THRESHOLD,
-                 contention_wait_s: float = WAIT_BUDGET_S) -> CampaignResult:
+                 contention_wait_s: float = WAIT_BUDGET_S, papermill: bool = False) -> CampaignResult:
     """Measure every incomplete run of the campaign, then derive the tables and write the page.
+
+    Each run is measured in this process and its notebooks written from the results; with `papermill`,
+    each is measured by executing `<notebooks>/collect.ipynb` with papermill in a Jupyter kernel
+    (`kernel_name`, default: one that runs this Python) and its trace attributed by `profile.ipynb`.
 
     `contention_threshold`: the share of the CPUs that other processes may use during a level, and
     `wait_threshold` the run-queue wait per CPU second of the server's and client's threads, and
@@ -116,14 +126,15 @@ def run_campaign(campaign: Campaign, data_dir: Path | None = None, reports_dir: 
     campaign) and at last kept, marked contended."""
     from tqdm import tqdm
 
-    without_iri_grammars()
-    _check_notebook_extras()
+    if papermill:
+        without_iri_grammars()
+        _check_notebook_extras()
     data = Path(data_dir or campaign.data_dir)
     orphans = stop_orphans(campaign, data, log=_say)  # servers a runner killed with -9 left behind
     runs = [r for r in campaign.expand(only) if not campaign.backend(r.backend).trace_only]  # nothing to serve
     todo = [r for r in runs if not rundir.is_complete(r.run_dir(data))]
     skipped = [r.label for r in runs if r not in todo]
-    kernel = kernel_name or find_kernel()
+    kernel = (kernel_name or find_kernel()) if papermill else None
     groups: dict[tuple[str, str], list[RunSpec]] = {}
     for run in todo:
         groups.setdefault((run.arm, run.backend), []).append(run)
@@ -131,12 +142,12 @@ def run_campaign(campaign: Campaign, data_dir: Path | None = None, reports_dir: 
     prepared = _prepare_all(campaign, groups, progress)  # builds take minutes: before the bar
     state = _Progress(tqdm(total=len(todo), desc=f"campaign {campaign.name}", unit="run", file=sys.stderr,
                            disable=not progress))
-    _finish_complete(campaign, data, [r for r in runs if r not in todo], kernel, notebooks, state)
     gpu = GpuGuard(idle_s=guard_idle_s, log=log) if guard else None
     ctrl_c = CtrlC()
     cpu = CpuContention(budget_s=contention_wait_s, log=log, bar=state.bar)
     how = _How(kernel, notebooks, gpu, max_attempts, contention_threshold, ctrl_c, wait_threshold, cpu,
                psi_threshold)
+    _finish_complete(campaign, data, [r for r in runs if r not in todo], how, state)
     try:
         with ctrl_c:  # a Ctrl-C is acted on between runs even where it was swallowed below (`interrupts`)
             if ctrl_c.ignored:
@@ -223,8 +234,7 @@ def _say(message: str) -> None:
     tqdm.write(f"perflib: {message}", file=sys.stderr)
 
 
-def _finish_complete(campaign: Campaign, data: Path, complete: list[RunSpec], kernel: str, notebooks: Path,
-                     state: _Progress) -> None:
+def _finish_complete(campaign: Campaign, data: Path, complete: list[RunSpec], how: _How, state: _Progress) -> None:
     """What complete runs still lack, with no server: the cut of a capture that a stopped runner left
     half-done (`perflib.campaign.captures.recut_pending`), then the profile of a trace never attributed."""
     if any(campaign.profiler(r.arm, r.backend).kind in ("rocprofv3", "cupti", "nsys") for r in complete):
@@ -233,7 +243,7 @@ def _finish_complete(campaign: Campaign, data: Path, complete: list[RunSpec], ke
         state.failed.extend(recut_pending(campaign, data, log=_say))
     for run in complete:
         if _traced(campaign, run) and _needs_profile(run.run_dir(data)):
-            error = _profile(campaign, run, data, kernel, notebooks)
+            error = _profile(campaign, run, data, how)
             if error:
                 state.failed.append((run.label, error))
 
@@ -271,9 +281,10 @@ def _prepare_all(campaign: Campaign, groups: dict[tuple[str, str], list[RunSpec]
 
 @dataclass(frozen=True)
 class _How:
-    """How each run is measured: the kernel and notebooks, the GPU guard, attempts, the CPU threshold."""
+    """How each run is measured: in this process, or through the notebooks in a kernel (`kernel`, None:
+    in this process); the GPU guard, attempts, the CPU thresholds."""
 
-    kernel: str
+    kernel: str | None
     notebooks: Path
     gpu: GpuGuard | None
     max_attempts: int
@@ -282,6 +293,10 @@ class _How:
     wait_threshold: float | None = load.WAIT_THRESHOLD
     cpu: CpuContention = field(default_factory=CpuContention)
     psi_threshold: float | None = load.PSI_THRESHOLD
+
+    @property
+    def papermill(self) -> bool:
+        return self.kernel is not None
 
 
 def _serve_group(campaign: Campaign, arm: ArmSpec, backend: BackendSpec, group: list[RunSpec], data: Path,
@@ -292,8 +307,10 @@ def _serve_group(campaign: Campaign, arm: ArmSpec, backend: BackendSpec, group: 
     measured: list[RunSpec] = []
     started = False
     try:
-        with kernels.kernel_session(how.kernel):  # one kernel for the group's collect notebooks
-            import_papermill()  # half a second, before the server is started
+        # --papermill: one kernel for the group's collect notebooks
+        with kernels.kernel_session(how.kernel) if how.kernel else contextlib.nullcontext():
+            if how.papermill:
+                import_papermill()  # half a second, before the server is started
             try:
                 served.start()
             except PerflibError as exc:
@@ -305,7 +322,7 @@ def _serve_group(campaign: Campaign, arm: ArmSpec, backend: BackendSpec, group: 
     finally:  # the kernel is gone by now; the server stops, then its capture is cut and profiled
         if started:
             served.__exit__(*sys.exc_info())
-            _collect(campaign, served, measured, data, how.kernel, how.notebooks, state, log)
+            _collect(campaign, served, measured, data, how, state, log)
 
 
 def _measure_group(campaign: Campaign, arm: ArmSpec, backend: BackendSpec, group: list[RunSpec], data: Path,
@@ -350,13 +367,12 @@ def _measure_group(campaign: Campaign, arm: ArmSpec, backend: BackendSpec, group
 
 def _measure(campaign: Campaign, run: RunSpec, data: Path, served: ServedArm, how: _How,
              contended: list[str]) -> str | None:
-    """One run through the collect notebook, a PyTorch profiler toggled around it; the error or None."""
+    """One run measured, a PyTorch profiler toggled around it; the error or None."""
     try:
         before = served.begin_run(run)
     except PerflibError as exc:
         return f"profiler start failed: {exc}"
-    params = {"base_url": served.base_url, **served.server_params()}
-    error = _one_run(campaign, run, data, params, how, contended)
+    error = _one_run(run, level_spec(campaign, run, data, served, how), how, contended)
     try:
         trace_error = served.end_run(run, before) if served.alive() else None
     except PerflibError as exc:
@@ -375,9 +391,10 @@ def _note_trace(run: RunSpec, data: Path, note: str) -> None:
         rundir.write_manifest(run.run_dir(data), manifest)
 
 
-def _collect(campaign: Campaign, served: ServedArm, measured: list[RunSpec], data: Path, kernel: str,
-             notebooks: Path, state: _Progress, log: Any) -> None:
-    """After the server stopped: cut each start's capture into its runs, then profile the traced runs."""
+def _collect(campaign: Campaign, served: ServedArm, measured: list[RunSpec], data: Path, how: _How,
+             state: _Progress, log: Any) -> None:
+    """After the server stopped: cut each start's capture into its runs, then attribute each traced run
+    once, into the per-run tables the page reads."""
     if served.profiler.kind == "none" or not measured:
         return
     from perflib.campaign.captures import collect_segment  # the trace readers: only where a profiler ran
@@ -391,35 +408,31 @@ def _collect(campaign: Campaign, served: ServedArm, measured: list[RunSpec], dat
         state.failed.extend(collected.errors)
     for run in measured:
         if rundir.is_complete(run.run_dir(data)) and rundir.find_trace(run.run_dir(data)) is not None:
-            error = _profile(campaign, run, data, kernel, notebooks)
+            error = _profile(campaign, run, data, how)
             if error:
                 state.failed.append((run.label, error))
 
 
-def _one_run(campaign: Campaign, run: RunSpec, data: Path, server_params: dict[str, Any], how: _How,
-             contended: list[str]) -> str | None:
-    """Measure one run (redoing contended attempts under the guard); returns the error or None.
+def level_spec(campaign: Campaign, run: RunSpec, data: Path, served: ServedArm, how: _How) -> LevelSpec:
+    """Everything one run's level needs: the campaign's settings, the server, the CPU thresholds."""
+    return LevelSpec(served.base_url, run.batch, run.context, campaign.decode_tokens, run.repeat,
+                     out_dir=run.run_dir(data).parent, dialect=campaign.backend(run.backend).dialect,
+                     timeout=campaign.request_timeout_s, idle_timeout=campaign.idle_timeout_s,
+                     workers=campaign.workers, contention_threshold=how.contention_threshold,
+                     wait_threshold=how.wait_threshold, psi_threshold=how.psi_threshold, campaign=campaign.name,
+                     arm=run.arm, backend=run.backend, server=served.server_info())
 
-    The executed notebook is written beside the run folder while it runs (run_level moves an
-    incomplete folder aside and starts it afresh) and then moved into it as `collect.ipynb`.
-    """
-    run_dir = run.run_dir(data)
-    params = {"campaign_file": str(campaign.path), "arm": run.arm, "backend": run.backend, "batch": run.batch,
-              "context": run.context, "repeat": run.repeat, "data_dir": str(data),
-              "contention_threshold": how.contention_threshold, "wait_threshold": how.wait_threshold,
-              "psi_threshold": how.psi_threshold,
-              **server_params}
-    kernel, notebooks, gpu, max_attempts = how.kernel, how.notebooks, how.gpu, how.max_attempts
-    scratch = run_dir.parent / f".{run_dir.name}.collect.ipynb"
+
+def _one_run(run: RunSpec, level: LevelSpec, how: _How, contended: list[str]) -> str | None:
+    """Measure one run (redoing contended attempts under the guard); returns the error or None."""
+    run_dir = level.run_dir
+    gpu, max_attempts = how.gpu, how.max_attempts
     for attempt in range(1, max_attempts + 1):
         if gpu is not None:
             gpu.wait_idle()
         guard_cm = gpu.watching() if gpu is not None else contextlib.nullcontext(set())
         with guard_cm as seen:
-            error = execute_notebook(notebooks / "collect.ipynb", scratch, params, kernel, cwd=run_dir.parent)
-        run_dir.mkdir(parents=True, exist_ok=True)
-        if scratch.exists():
-            scratch.replace(run_dir / "collect.ipynb")
+            error = _attempt(level, how)
         if seen:
             contended.append(f"{run.label} attempt {attempt}: GPU pids {sorted(seen)}")
             if attempt < max_attempts:
@@ -444,21 +457,52 @@ def _one_run(campaign: Campaign, run: RunSpec, data: Path, server_params: dict[s
     return None
 
 
-def _needs_profile(run_dir: Path) -> bool:
-    """True where `profile.ipynb` is missing from the run folder or recorded an exception."""
-    path = run_dir / "profile.ipynb"
-    if not path.is_file():
-        return True
+def _attempt(level: LevelSpec, how: _How) -> str | None:
+    """One attempt at a run, its `collect.ipynb` left in its folder; the error or None.
+
+    In this process: the level measured (`measure`), then the notebook written from its results. With
+    papermill: the notebook executed beside the run folder while it runs (run_level moves an incomplete
+    folder aside and starts it afresh), then moved into it."""
+    run_dir = level.run_dir
+    if how.kernel is not None:
+        scratch = run_dir.parent / f".{run_dir.name}.collect.ipynb"
+        error = execute_notebook(how.notebooks / "collect.ipynb", scratch, {"level": level.to_dict()}, how.kernel,
+                                 cwd=run_dir.parent)
+        run_dir.mkdir(parents=True, exist_ok=True)
+        if scratch.exists():
+            scratch.replace(run_dir / "collect.ipynb")
+        return error
+    summary: dict[str, Any] | None = None
     try:
-        meta = json.loads(path.read_text()).get("metadata", {}).get("papermill", {})
-    except (OSError, ValueError):
-        return True
-    return bool(meta.get("exception"))
+        result, error = measure(level)
+        summary = result.summary
+    except Exception as exc:  # noqa: BLE001 - a run that crashed is that run's failure, as a cell that raised under
+        error = f"{type(exc).__name__}: {exc}"  # papermill: the campaign goes on (Ctrl-C is no Exception)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    records.write_collect(run_dir / "collect.ipynb", level, run_dir, summary, error)
+    return error
 
 
-def _profile(campaign: Campaign, run: RunSpec, data: Path, kernel: str, notebooks: Path = NOTEBOOKS) -> str | None:
-    """Execute profile.ipynb for one run into its folder; returns the error or None."""
+def _needs_profile(run_dir: Path) -> bool:
+    """True where `profile.ipynb` is missing from the run folder or records a failure."""
+    return records.failed(run_dir / "profile.ipynb") is not False
+
+
+def _profile(campaign: Campaign, run: RunSpec, data: Path, how: _How) -> str | None:
+    """Attribute one run's trace into its per-run derived tables (`perflib.derive.run_tables`) and leave
+    its `profile.ipynb` in its folder (with papermill: executed); returns the error or None."""
     run_dir = run.run_dir(data)
-    return execute_notebook(notebooks / "profile.ipynb", run_dir / "profile.ipynb", {
-        "campaign_file": str(campaign.path), "arm": run.arm, "backend": run.backend, "batch": run.batch,
-        "context": run.context, "repeat": run.repeat, "data_dir": str(data)}, kernel, cwd=run_dir)
+    if how.kernel is not None:
+        return execute_notebook(how.notebooks / "profile.ipynb", run_dir / "profile.ipynb", {
+            "campaign_file": str(campaign.path), "arm": run.arm, "backend": run.backend, "batch": run.batch,
+            "context": run.context, "repeat": run.repeat, "data_dir": str(data)}, how.kernel, cwd=run_dir)
+    from perflib import derive  # pandas and the trace readers: only where a trace is attributed
+
+    tables = None
+    try:
+        tables = derive.run_tables(replace(campaign, data_dir=data), run)
+        error = None
+    except Exception as exc:  # noqa: BLE001 - a trace that cannot be attributed is that run's loss, as under papermill
+        error = str(exc) if isinstance(exc, PerflibError) else f"{type(exc).__name__}: {exc}"
+    records.write_profile(run_dir / "profile.ipynb", run, campaign.path, data, tables, error)
+    return error

@@ -28,6 +28,7 @@ from typing import Any
 from perflib import rundir, server
 from perflib.config import ArmSpec, BackendSpec, Campaign, RunSpec, ServerSpec
 from perflib.errors import PerflibError, interrupt_text
+from perflib.load import ServerInfo
 from perflib.server import lifetime, losses
 from perflib.server.presets import PRESETS, Preset, render
 from perflib.server.process import Launch, ServerHandle, exit_text, log_cause
@@ -311,15 +312,13 @@ class ServedArm:
 
     # ------------------------------------------------------------------------------ around each run
 
-    def server_params(self) -> dict[str, Any]:
-        """What the collect notebook records of the server: flags, log, version and identity."""
+    def server_info(self) -> ServerInfo | None:
+        """What a run's level records of the server (`perflib.load.ServerInfo`): flags, log, version,
+        identity and pid; None for a server perflib did not start."""
         segment = self.current
         if self.external or segment is None or segment.handle is None:
-            return {}
-        identity = segment.handle.identity()
-        return {"server_flags": list(segment.launch.argv[1:]), "server_log": str(segment.launch.log_path),
-                "server_version": identity.get("version"),
-                "server_identity": {k: v for k, v in identity.items() if k != "flags"}}
+            return None
+        return ServerInfo.of(segment.handle)
 
     def begin_run(self, run: RunSpec) -> set[Path]:
         """Before a run: note it in its segment; start the PyTorch profiler (returns the files before)."""

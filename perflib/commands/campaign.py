@@ -1,10 +1,19 @@
-"""`perflib campaign`: validate a campaign file, run its matrix with papermill, rebuild its page."""
+"""`perflib campaign`: validate a campaign file, run its matrix, rebuild its page."""
 
 from __future__ import annotations
 
 import argparse
 
 from perflib.cli import float_arg, safe_label
+
+RUN_DESCRIPTION = """\
+Measures every incomplete run of the campaign, one server per (arm, backend), then derives the
+tables and writes the page. Each run is measured in this process and its collect.ipynb written
+from its results (each traced run's trace attributed once, its profile.ipynb written too); with
+--papermill the notebooks are executed with papermill instead. An (arm, backend) another runner
+holds (its .claim.json) is skipped and said so; a server an earlier runner left running when it
+died (kill -9) is stopped first and said so. On Linux a server also gets its stop signal when the
+runner dies, kill -9 included."""
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -13,8 +22,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="run a campaign (arm x backend x batch x context x repeat) and write its results page",
         description=(
             "A campaign file (campaigns/*.yaml) names the model, backends, batch sizes, contexts, repeats, arms, "
-            "a regression gate and candidates. `run` executes notebooks/collect.ipynb per run with papermill "
-            "(complete runs are skipped, failed runs keep their executed notebook), derives data/derived/<name>/ "
+            "a regression gate and candidates. `run` measures each run and writes its collect.ipynb (with "
+            "--papermill: executes notebooks/collect.ipynb per run with papermill; complete runs are skipped, "
+            "failed runs keep their notebook), derives data/derived/<name>/ "
             "and writes reports/<name>-<date>.md (reports/<name>-<time>.md for a data folder named by its UTC "
             "time, as `make demo`'s; never over the page of another data folder); `report` rebuilds both from "
             "data/raw without a server."
@@ -30,12 +40,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
     run_p = sub.add_parser(
         "run", help="measure every incomplete run, then derive and write the page",
-        description=(
-            "Measures every incomplete run of the campaign, one server per (arm, backend), then derives the\n"
-            "tables and writes the page. An (arm, backend) another runner holds (its .claim.json) is skipped\n"
-            "and said so; a server an earlier runner left running when it died (kill -9) is stopped first\n"
-            "and said so. On Linux a server also gets its stop signal when the runner dies, kill -9 included."),
-        epilog=EXIT_CODES, formatter_class=argparse.RawDescriptionHelpFormatter)
+        description=RUN_DESCRIPTION, epilog=EXIT_CODES, formatter_class=argparse.RawDescriptionHelpFormatter)
     common(run_p)
     run_p.add_argument("--guard", action="store_true",
                        help="GPU guard: wait for an idle GPU, watch it at 1 Hz, redo contended runs (up to 5 "
@@ -44,8 +49,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     run_p.add_argument("--only", nargs="+", metavar="KEY=V[,V]",
                        help="restrict the matrix, e.g. --only arm=after batch=1,4 (keys: arm backend batch "
                             "context repeat)")
-    run_p.add_argument("--kernel", help="Jupyter kernel for papermill (default: one that runs this Python; "
-                                        "register with `python -m ipykernel install --user --name perflib`)")
+    notebook_flags(run_p)
     run_p.add_argument("--no-report", action="store_true", help="measure only; do not derive or write the page")
     contention_flags(run_p, "redone once the CPUs are quiet (up to 3 attempts), then kept and marked contended; "
                             "the page leaves it out of medians")
@@ -68,6 +72,18 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     check_p.add_argument("file")
     check_p.add_argument("--json", action="store_true")
     check_p.set_defaults(func=validate)
+
+
+def notebook_flags(p: argparse.ArgumentParser) -> None:
+    """`--papermill` and `--kernel` of `campaign run`."""
+    p.add_argument("--papermill", action="store_true",
+                   help="measure each run by executing notebooks/collect.ipynb with papermill in a Jupyter kernel "
+                        "(one per arm and backend), and attribute each trace with profile.ipynb, as on a box where "
+                        "notebooks run the work; the run folders get the same files. Default: measured in this "
+                        "process, each run's notebooks written from its results (no kernel), ready to open and "
+                        "execute again")
+    p.add_argument("--kernel", help="Jupyter kernel for --papermill (default: one that runs this Python; "
+                                    "register with `python -m ipykernel install --user --name perflib`)")
 
 
 NOTHING_DONE_EXIT = 3
@@ -173,7 +189,7 @@ def run(args: argparse.Namespace) -> int:
                           progress=True, write_page=not args.no_report, guard_idle_s=args.guard_idle_s,
                           contention_threshold=None if args.no_contention else args.contention_threshold,
                           wait_threshold=args.wait_threshold, psi_threshold=args.psi_threshold,
-                          contention_wait_s=args.contention_wait)
+                          contention_wait_s=args.contention_wait, papermill=args.papermill)
     on_disk = result.on_disk
     if args.json:
         print(json.dumps({"campaign": campaign.name, "done": list(result.done), "skipped": list(result.skipped),

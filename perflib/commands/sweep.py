@@ -169,15 +169,15 @@ def run(args: argparse.Namespace) -> int:
     import json
     import sys
 
-    from perflib import sweep
+    from perflib import load, sweep
 
-    result = sweep.sweep(
-        args.base_url, args.batch, args.context, args.decode_tokens, args.repeats, args.out,
-        endpoint=args.endpoint, dialect=args.dialect, start_server=args.start_server, model=args.model,
-        threads=args.threads, progress=True, timeout=args.timeout, idle_timeout=args.idle_timeout,
-        contention=not args.no_contention, contention_threshold=args.contention_threshold, workers=args.workers,
-        wait_threshold=args.wait_threshold, psi_threshold=args.psi_threshold,
-    )
+    level = load.LevelSpec(  # batch, context and repeat come from the matrix, each level its own
+        args.base_url or "", batch=1, context=1, decode_tokens=args.decode_tokens, repeat=1, out_dir=args.out,
+        endpoint=args.endpoint, dialect=args.dialect, timeout=args.timeout, idle_timeout=args.idle_timeout,
+        workers=args.workers, contention_threshold=None if args.no_contention else args.contention_threshold,
+        wait_threshold=args.wait_threshold, psi_threshold=args.psi_threshold)
+    result = sweep.sweep(level, args.batch, args.context, args.repeats, start_server=args.start_server,
+                         model=args.model, threads=args.threads, progress=True)
     incomplete = [str(r.run_dir) for r in result.results if r.status == "incomplete"]
     unreadable = [(str(r.run_dir), r.errors[-1]) for r in result.results if r.status == sweep.UNREADABLE]
     if args.json:

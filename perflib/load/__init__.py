@@ -1,8 +1,9 @@
 """Load against an OpenAI-compatible server: streamed requests timed per chunk, in levels.
 
 - `perflib.load.sse`: SSE framing on the byte `\\n`.
-- `perflib.load.stream`: one streamed request on its own connection (`stream_request`,
-  `RequestRecord`); the definitions of TTFT, ITL and decode tok/s are in its docstring.
+- `perflib.load.stream`: one streamed request on its own connection (`stream_request` of a
+  `RequestSpec`, `RequestRecord`); the definitions of TTFT, ITL and decode tok/s are in its docstring.
+- `perflib.load.spec`: `LevelSpec`, everything one level needs, one typed record through JSON and back.
 - `perflib.load.prompts`: prompts of a target token length, sized with the server's `/tokenize`.
 - `perflib.load.level`: one level, N requests at once with `/metrics` around them (`run_level_async`).
 - `perflib.load.loop`: the event loop (uvloop where installed), also from inside Jupyter.
@@ -26,7 +27,6 @@ from perflib.load.contention import (
 )
 from perflib.load.identity import json_object, server_identity, server_kind
 from perflib.load.level import (
-    GAUGE_INTERVAL_S,
     LevelOutcome,
     LevelSink,
     MemorySink,
@@ -42,12 +42,14 @@ from perflib.load.prompts import (
     make_prompts,
     prompt_tolerance,
 )
+from perflib.load.spec import GAUGE_INTERVAL_S, LevelSpec, ServerInfo
 from perflib.load.sse import MAX_LINE_BYTES, SSEError, SSESplitter
 from perflib.load.stream import (
     DEFAULT_IDLE_TIMEOUT_S,
     DEFAULT_TIMEOUT_S,
     ENDPOINTS,
     RequestRecord,
+    RequestSpec,
     decode_tok_s,
     request_timeout_for,
     stream_request,
@@ -57,7 +59,7 @@ __all__ = [
     "CPU_THRESHOLD", "Contention", "ContentionSampler", "PSI_THRESHOLD", "WAIT_THRESHOLD", "listening_pids",
     "say_once", "wait_quiet",
     "DEFAULT_IDLE_TIMEOUT_S", "DEFAULT_TIMEOUT_S", "ENDPOINTS", "GAUGE_INTERVAL_S", "LevelOutcome", "LevelSink",
-    "MemorySink", "Prompt",
+    "LevelSpec", "MemorySink", "Prompt", "RequestSpec", "ServerInfo",
     "MAX_LINE_BYTES", "RequestRecord", "SSEError", "SSESplitter", "ServerUnreachable", "TokenCounter", "decode_tok_s", "event_loop_name", "http_client",
     "fit_prompt", "json_object", "make_prompts", "prompt_tolerance", "run_async", "run_level_async", "run_sync",
     "request_timeout_for", "server_identity", "server_kind", "stream_request",

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -22,17 +22,8 @@ from perflib.clocks import monotonic_ns, now_clocks
 from perflib.errors import PerflibError
 from perflib.load import tls
 from perflib.load.prompts import Prompt, ServerUnreachable, make_prompts
-from perflib.load.stream import (
-    DEFAULT_IDLE_TIMEOUT_S,
-    DEFAULT_TIMEOUT_S,
-    ENDPOINTS,
-    RequestRecord,
-    stream_request,
-)
-from perflib.rundir import run_name
-
-GAUGE_INTERVAL_S = 0.5
-"""Gauge sampling period during a level."""
+from perflib.load.spec import LevelSpec
+from perflib.load.stream import RequestRecord, stream_request
 
 WARMUP_MAX_TOKENS = 4
 
@@ -138,53 +129,8 @@ def _unreachable_message(base_url: str, what: str, exc: BaseException) -> str:
             "is it running at that address? (or let perflib start one with --start-server)")
 
 
-@dataclass(frozen=True)
-class LevelSpec:
-    """What one level sends: N requests of C prompt tokens and D decode tokens, and how."""
-
-    base_url: str
-    batch: int
-    context: int
-    decode_tokens: int
-    repeat: int
-    endpoint: str = "completions"
-    model: str | None = None
-    dialect: str = "auto"
-    ignore_eos: bool = True
-    extra_body: Mapping[str, Any] | None = None
-    timeout: float = DEFAULT_TIMEOUT_S
-    gauge_interval: float = GAUGE_INTERVAL_S
-    scrape_metrics: bool = True
-    workers: int = 1
-    """Processes the requests are sent from (`perflib.load.workers`); 1: this process."""
-    idle_timeout: float | None = DEFAULT_IDLE_TIMEOUT_S
-    """Seconds without a byte once a stream has begun before its request fails (None: no limit)."""
-
-    @property
-    def name(self) -> str:
-        return run_name(self.batch, self.context, self.repeat)
-
-
-async def run_level_async(
-    base_url: str,
-    batch: int,
-    context: int,
-    decode_tokens: int,
-    repeat: int,
-    sink: LevelSink,
-    *,
-    endpoint: str = "completions",
-    model: str | None = None,
-    dialect: str = "auto",
-    ignore_eos: bool = True,
-    extra_body: Mapping[str, Any] | None = None,
-    timeout: float = DEFAULT_TIMEOUT_S,
-    gauge_interval: float = GAUGE_INTERVAL_S,
-    scrape_metrics: bool = True,
-    on_started: Callable[[], None] | None = None,
-    workers: int = 1,
-    idle_timeout: float | None = DEFAULT_IDLE_TIMEOUT_S,
-) -> LevelOutcome:
+async def run_level_async(spec: LevelSpec, sink: LevelSink, on_started: Callable[[], None] | None = None
+                          ) -> LevelOutcome:
     """Measure one level: prompts, warm-up, `/metrics` before, N requests at once with gauges
     sampled, `/metrics` after the last request finished. Never raises for a fault of the server:
     every fault lands in `LevelOutcome.errors` (and the failed requests' records).
@@ -192,31 +138,28 @@ async def run_level_async(
     `clocks.start` is read just before the N requests are sent, `clocks.end` right after the
     last one finished. `on_started` is called right after they are sent (tests use it).
 
-    `workers` > 1 sends the requests from that many worker processes (`perflib.load.workers`,
+    `spec.workers` > 1 sends the requests from that many worker processes (`perflib.load.workers`,
     round-robin), for servers that stream faster than one client process reads; everything
     else (prompts, warm-up, scrapes, gauges, clocks, the sink) stays in this process.
 
-    `timeout` bounds each request from its send to its last byte, `idle_timeout` the time without a
-    byte once its stream has begun (`perflib.load.stream.stream_request`): a stalled server fails the
-    level's requests with the timeout named, and the level ends instead of waiting.
+    `spec.request_timeout` bounds each request from its send to its last byte, `spec.idle_timeout` the
+    time without a byte once its stream has begun (`perflib.load.stream.stream_request`): a stalled server
+    fails the level's requests with the timeout named, and the level ends instead of waiting. (Where the
+    folder, the server and the contention sampling come in: `perflib.sweep.run_level`.)
     """
-    if workers < 1:
-        raise PerflibError(f"workers must be at least 1, not {workers}")
-    if endpoint not in ENDPOINTS:
-        raise PerflibError(f"endpoint must be one of {', '.join(ENDPOINTS)}, not {endpoint!r}")
-    spec = LevelSpec(base_url, batch, context, decode_tokens, repeat, endpoint, model, dialect, ignore_eos,
-                     extra_body, timeout, gauge_interval, scrape_metrics, workers, idle_timeout)
-    outcome = LevelOutcome(records=[], prompt_tokens={"target": context, "measured": [], "method": None},
+    if spec.workers < 1:
+        raise PerflibError(f"workers must be at least 1, not {spec.workers}")
+    outcome = LevelOutcome(records=[], prompt_tokens={"target": spec.context, "measured": [], "method": None},
                            clocks={"start": None, "end": None},
-                           metrics={"available": None, "dialect": dialect, "error": None,
+                           metrics={"available": None, "dialect": spec.dialect, "error": None,
                                     "process_start_before": None, "process_start_after": None}, errors=[])
     with _scrape_client() as scrape_client:
-        async with http_client(timeout) as client:
+        async with http_client(spec.request_timeout) as client:
             level = _Level(spec, sink, outcome, client, scrape_client, uuid.uuid4().hex[:8])
             prompts = await level.prompts()
             if prompts is None or not await level.warm_up():
                 return outcome
-            before = await level.scrape("before") if scrape_metrics else None
+            before = await level.scrape("before") if spec.scrape_metrics else None
             await level.wave(prompts, gauges=before is not None, on_started=on_started)
             if before is not None:
                 await level.scrape("after")
@@ -238,12 +181,6 @@ class _Level:
         self.outcome.errors.append(f"level {self.spec.name}: {message}")
         self.outcome.unreachable = True
 
-    def _common(self) -> dict[str, Any]:
-        s = self.spec
-        return dict(endpoint=s.endpoint, model=s.model, ignore_eos=s.ignore_eos, extra_body=s.extra_body,
-                    batch=s.batch, context=s.context, repeat=s.repeat, timeout=s.timeout,
-                    idle_timeout=s.idle_timeout)
-
     async def prompts(self) -> list[Prompt] | None:
         """Prompts distinct per request, repeat and run, sized with the server; None when unreachable."""
         s = self.spec
@@ -262,9 +199,8 @@ class _Level:
 
     async def warm_up(self) -> bool:
         """One short request, recorded apart; False when it got no answer at all."""
-        warm = await stream_request(self.client, self.spec.base_url, prompt=f"[{self.nonce} warm-up] hello",
-                                    max_tokens=WARMUP_MAX_TOKENS, request_id=f"{self.spec.name}-warmup",
-                                    **self._common())
+        warm = await stream_request(self.client, self.spec.request(
+            f"{self.spec.name}-warmup", f"[{self.nonce} warm-up] hello", WARMUP_MAX_TOKENS))
         self.sink.warmup(warm)
         self.outcome.warmup_ok = warm.ok
         if warm.status is None:
@@ -286,9 +222,8 @@ class _Level:
 
         async def one(i: int) -> RequestRecord:
             prompt = prompts[i]
-            rec = await stream_request(self.client, s.base_url, prompt=prompt.text, max_tokens=s.decode_tokens,
-                                       request_id=f"{s.name}-{i}", prompt_tokens=prompt.tokens,
-                                       prompt_tokens_method=prompt.method, **self._common())
+            rec = await stream_request(self.client, s.request(f"{s.name}-{i}", prompt.text, s.decode_tokens,
+                                                              prompt.tokens, prompt.method))
             self.sink.request(rec)
             return rec
 
@@ -330,12 +265,8 @@ class _Level:
         from perflib.load import workers
 
         s, outcome = self.spec, self.outcome
-        common = dict(self._common())
-        common["extra_body"] = dict(s.extra_body) if s.extra_body is not None else None
-        jobs = [{"base_url": s.base_url, "max_tokens": s.decode_tokens, "timeout": s.timeout, "common": common,
-                 "requests": [{"request_id": f"{s.name}-{i}", "prompt": prompts[i].text,
-                               "prompt_tokens": prompts[i].tokens, "prompt_tokens_method": prompts[i].method}
-                              for i in share]}
+        jobs = [[s.request(f"{s.name}-{i}", prompts[i].text, s.decode_tokens, prompts[i].tokens,
+                           prompts[i].method) for i in share]
                 for share in workers.split(s.batch, s.workers)]
         written: list[RequestRecord] = []
 

@@ -620,44 +620,65 @@ async def _exchange_httpx(client: httpx.AsyncClient, url: str, content: bytes, s
             raise
 
 
-async def stream_request(
-    client: httpx.AsyncClient | None,
-    base_url: str,
-    *,
-    endpoint: str,
-    prompt: str,
-    max_tokens: int,
-    request_id: str,
-    batch: int,
-    context: int,
-    repeat: int,
-    prompt_tokens: int | None = None,
-    prompt_tokens_method: str = "estimate",
-    model: str | None = None,
-    ignore_eos: bool = True,
-    extra_body: Mapping[str, Any] | None = None,
-    attempt: int = 1,
-    transport: str = "auto",
-    timeout: float = DEFAULT_TIMEOUT_S,
-    idle_timeout: float | None = DEFAULT_IDLE_TIMEOUT_S,
-) -> RequestRecord:
+@dataclass(frozen=True)
+class RequestSpec:
+    """One streamed request: where it goes, what it asks, the level it belongs to and its timeouts.
+
+    `transport`: `raw` (the minimal reader `_SSEResponse`, the hot path), `httpx` (through the client
+    `stream_request` is given, one without keep-alive), or `auto` = `raw` for http:// and `httpx` for
+    https://. `timeout` bounds the whole request; `idle_timeout` (None: none) the time without a byte once
+    the stream's first SSE event came."""
+
+    base_url: str
+    prompt: str
+    max_tokens: int
+    request_id: str
+    batch: int
+    context: int
+    repeat: int
+    endpoint: str = "completions"
+    prompt_tokens: int | None = None
+    prompt_tokens_method: str = "estimate"
+    model: str | None = None
+    ignore_eos: bool = True
+    extra_body: dict[str, Any] | None = None
+    attempt: int = 1
+    transport: str = "auto"
+    timeout: float = DEFAULT_TIMEOUT_S
+    idle_timeout: float | None = DEFAULT_IDLE_TIMEOUT_S
+
+    @property
+    def url(self) -> str:
+        return self.base_url.rstrip("/") + ENDPOINTS[self.endpoint]
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> RequestSpec:
+        """The spec back from `to_dict` (a load worker's job: perflib's own JSON, not user input)."""
+        return cls(**data)
+
+
+async def stream_request(client: httpx.AsyncClient | None, spec: RequestSpec) -> RequestRecord:
     """Send one streaming request and time every chunk; never raises for a failed request.
 
-    `transport`: `raw` (the minimal reader `_SSEResponse`, the hot path), `httpx` (through
-    `client`, an httpx client without keep-alive), or `auto` = `raw` for http:// and `httpx` for
-    https://. Both open one connection per request and split SSE on bytes.
+    Both transports (`RequestSpec.transport`) open one connection per request and split SSE on bytes;
+    `client` (an httpx client without keep-alive) is used by the httpx transport only.
 
     Transport and protocol faults become the record's `error` (with `ok` False): HTTP status ≥ 400
     (with a body snippet), connection refused or dropped, timeout, a `data:` line that is not JSON,
     an `error` object in the stream, and a stream that stops early (no `[DONE]`, or fewer than
     `max_tokens` tokens while `ignore_eos` is set).
 
-    `timeout` bounds the whole request; `idle_timeout` (None: none) the time without a byte once the
-    stream's first SSE event came (a server that stalls mid-stream); a request that hits either ends
-    with what it measured and an error that names the timeout.
+    A request that hits its `timeout` or `idle_timeout` ends with what it measured and an error that
+    names the timeout.
     """
-    url = base_url.rstrip("/") + ENDPOINTS[endpoint]
-    content = json.dumps(request_body(endpoint, prompt, max_tokens, model, ignore_eos, extra_body)).encode()
+    max_tokens, ignore_eos, timeout, idle_timeout = spec.max_tokens, spec.ignore_eos, spec.timeout, spec.idle_timeout
+    url = spec.url
+    content = json.dumps(request_body(spec.endpoint, spec.prompt, max_tokens, spec.model, ignore_eos,
+                                      spec.extra_body)).encode()
+    transport = spec.transport
     if transport == "auto":
         transport = "raw" if url.startswith("http://") else "httpx"
     state = _StreamState()
@@ -682,8 +703,8 @@ async def stream_request(
     first = chunks[0] if chunks else None
     last = chunks[-1] if chunks else None
     return RequestRecord(
-        request_id=request_id, batch=batch, context=context, repeat=repeat,
-        prompt_tokens=prompt_tokens, prompt_tokens_method=prompt_tokens_method, max_tokens=max_tokens,
+        request_id=spec.request_id, batch=spec.batch, context=spec.context, repeat=spec.repeat,
+        prompt_tokens=spec.prompt_tokens, prompt_tokens_method=spec.prompt_tokens_method, max_tokens=max_tokens,
         start_ns=start_ns, first_token_ns=first, last_token_ns=last, end_ns=end_ns,
         start_unix_ns=start_unix_ns,
         ttft_ms=(first - start_ns) / 1e6 if first is not None else None,
@@ -691,7 +712,7 @@ async def stream_request(
         itl_ms=[(b - a) / 1e6 for a, b in zip(chunks, chunks[1:], strict=False)], chunk_ns=list(chunks),
         completion_tokens=completion_tokens, decode_tok_s=decode_tok_s(completion_tokens, first, last),
         status=status, ok=error is None and status == 200 and bool(chunks), error=error,
-        timings=state.timings, attempt=attempt, usage_prompt_tokens=usage.get("prompt_tokens"),
+        timings=state.timings, attempt=spec.attempt, usage_prompt_tokens=usage.get("prompt_tokens"),
     )
 
 

@@ -14,8 +14,9 @@ gauges, the level's start and end clocks) and the workers only send requests and
 - The workers start, import and report ready before the parent reads `clocks.start` and tells them
   to go, so process start-up is never inside the level.
 
-The worker is `python -m perflib.load.workers`: one JSON job on stdin, `ready` on stdout, then the
-line `go` on stdin; it then streams its share and writes one `{"record": ...}` line per request.
+The worker is `python -m perflib.load.workers`: one JSON job (its `RequestSpec`s) on stdin, `ready` on
+stdout, then the line `go` on stdin; it then streams its share and writes one `{"record": ...}` line per
+request.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from typing import Any
 
 from perflib.errors import PerflibError
 from perflib.load import tls
-from perflib.load.stream import RequestRecord, stream_request
+from perflib.load.stream import RequestRecord, RequestSpec, stream_request
 
 READY = b"ready\n"
 GO = b"go\n"
@@ -53,12 +54,12 @@ class WorkerFailed(PerflibError):
     """A worker process could not start, or died before it reported all of its requests."""
 
 
-async def _start(job: dict[str, Any], env: dict[str, str]) -> asyncio.subprocess.Process:
+async def _start(job: Sequence[RequestSpec], env: dict[str, str]) -> asyncio.subprocess.Process:
     proc = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "perflib.load.workers", stdin=asyncio.subprocess.PIPE,
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env=env, limit=1 << 24)
     assert proc.stdin is not None and proc.stdout is not None
-    proc.stdin.write(json.dumps(job).encode() + b"\n")
+    proc.stdin.write(json.dumps([spec.to_dict() for spec in job]).encode() + b"\n")
     await proc.stdin.drain()
     return proc
 
@@ -74,7 +75,7 @@ async def _stderr_tail(proc: asyncio.subprocess.Process) -> str:
     return ""
 
 
-async def run_wave(jobs: Sequence[dict[str, Any]], on_record: Callable[[RequestRecord], None],
+async def run_wave(jobs: Sequence[Sequence[RequestSpec]], on_record: Callable[[RequestRecord], None],
                    on_go: Callable[[], None]) -> list[RequestRecord]:
     """Start one worker per job, wait until every one is ready, call `on_go` (the level's start
     clock), let them go, and hand each record to `on_record` as it arrives; returns all records.
@@ -102,7 +103,7 @@ async def run_wave(jobs: Sequence[dict[str, Any]], on_record: Callable[[RequestR
             assert proc.stdin is not None
             proc.stdin.write(GO)
         await asyncio.gather(*(p.stdin.drain() for p in procs if p.stdin is not None))
-        shares = await asyncio.gather(*(_read_records(p, len(job["requests"]), on_record)
+        shares = await asyncio.gather(*(_read_records(p, len(job), on_record)
                                         for p, job in zip(procs, jobs, strict=True)))
         return [rec for share in shares for rec in share]
     finally:
@@ -130,28 +131,25 @@ async def _read_records(proc: asyncio.subprocess.Process, expected: int,
     return records
 
 
-async def _serve(job: dict[str, Any], stdin: asyncio.StreamReader, write: Callable[[bytes], None]) -> None:
+async def _serve(job: Sequence[RequestSpec], stdin: asyncio.StreamReader, write: Callable[[bytes], None]) -> None:
     """The worker's side: wait for `go`, then send every request of the job at once."""
     import httpx
 
-    base_url = job["base_url"]
     client = None
-    if not base_url.startswith("http://"):  # https goes through httpx, as in one process
+    if job and not job[0].base_url.startswith("http://"):  # https goes through httpx, as in one process
         client = httpx.AsyncClient(limits=httpx.Limits(max_connections=None, max_keepalive_connections=0),
-                                   timeout=httpx.Timeout(job["timeout"], connect=10.0), trust_env=False,
+                                   timeout=httpx.Timeout(job[0].timeout, connect=10.0), trust_env=False,
                                    verify=tls.context())
     write(READY)
     if await stdin.readline() != GO:
         return
 
-    async def one(req: dict[str, Any]) -> None:
-        rec = await stream_request(client, base_url, prompt=req["prompt"], max_tokens=job["max_tokens"],
-                                   request_id=req["request_id"], prompt_tokens=req["prompt_tokens"],
-                                   prompt_tokens_method=req["prompt_tokens_method"], **job["common"])
+    async def one(spec: RequestSpec) -> None:
+        rec = await stream_request(client, spec)
         write(json.dumps({"record": rec.to_dict()}).encode() + b"\n")
 
     try:
-        await asyncio.gather(*(one(req) for req in job["requests"]))
+        await asyncio.gather(*(one(spec) for spec in job))
     finally:
         if client is not None:
             await client.aclose()
@@ -161,7 +159,7 @@ def main() -> int:
     """Entry point of one worker process (`python -m perflib.load.workers`)."""
     from perflib.load.loop import run_async
 
-    job = json.loads(sys.stdin.buffer.readline())
+    job = [RequestSpec.from_dict(spec) for spec in json.loads(sys.stdin.buffer.readline())]
     out = sys.stdout.buffer
 
     def write(data: bytes) -> None:

@@ -124,6 +124,11 @@ class ServerHandle:
     def port(self) -> int:
         return self.launch.port
 
+    @property
+    def pid(self) -> int:
+        """The process perflib started (a wrapping profiler's, where one wraps the server)."""
+        return self.process.pid
+
     def alive(self) -> bool:
         return self.process.poll() is None
 

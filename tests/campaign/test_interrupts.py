@@ -78,3 +78,38 @@ def test_the_runner_says_when_ctrl_c_cannot_stop_it():
         signal.signal(signal.SIGINT, previous)
     with CtrlC() as ctrl_c:
         assert not ctrl_c.ignored
+
+
+def test_a_signal_inside_an_event_loop_callback_unwinds_the_loop_without_an_error_logged():
+    """The runner measures in its own event loop (uvloop where installed): a Ctrl-C or SIGTERM that lands
+    in a stream's read callback is raised from a callback of its own, so the loop passes it on without
+    logging it as an error with a traceback (uvloop does, for one raised inside its read callback), and
+    the level unwinds as for any Ctrl-C."""
+    import asyncio
+
+    from perflib import load
+
+    logged: list[dict] = []
+
+    class Reader(asyncio.Protocol):
+        def data_received(self, data: bytes) -> None:
+            signal.raise_signal(signal.SIGTERM)  # the signal arrives while the loop reads
+
+    async def level() -> None:
+        loop = asyncio.get_running_loop()
+        loop.set_exception_handler(lambda _, context: logged.append(context))
+
+        async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            writer.write(b"token")
+            await writer.drain()
+
+        server = await asyncio.start_server(answer, "127.0.0.1", 0)
+        await loop.create_connection(Reader, "127.0.0.1", server.sockets[0].getsockname()[1])
+        await asyncio.sleep(5)  # the interrupt ends the level before this does
+        server.close()
+
+    with CtrlC() as ctrl_c:
+        with pytest.raises(Terminated):
+            load.run_async(level())
+        assert ctrl_c.seen is Terminated
+    assert [c for c in logged if isinstance(c.get("exception"), KeyboardInterrupt)] == []

@@ -94,13 +94,13 @@ def test_missing_trace_path_is_a_clear_error(tmp_path):
 
 
 def _raising_notebooks(tmp_path: Path) -> Path:
-    """A copy of notebooks/ whose collect.ipynb raises for repeat 2 after its parameters."""
+    """A copy of notebooks/ whose collect.ipynb raises for repeat 2 after its parameters (--papermill)."""
     out = tmp_path / "notebooks"
     shutil.copytree(REPO / "notebooks", out)
     book = nbformat.read(out / "collect.ipynb", as_version=4)
     index = next(i for i, c in enumerate(book.cells) if "parameters" in c.metadata.get("tags", []))
     book.cells.insert(index + 1, nbformat.v4.new_code_cell(
-        'if repeat == 2:\n    raise RuntimeError("notebook failure on purpose")'))
+        'if level["repeat"] == 2:\n    raise RuntimeError("notebook failure on purpose")'))
     for i, cell in enumerate(book.cells):
         cell["id"] = f"c{i}"
     nbformat.write(book, out / "collect.ipynb")
@@ -131,7 +131,7 @@ def test_campaign_end_to_end_with_a_failing_notebook_and_resume(tmp_path, llama_
     campaign = pc.load_campaign(path)
     data, reports = tmp_path / "data", tmp_path / "reports"
     result = pc.run_campaign(campaign, data_dir=data, reports_dir=reports, progress=False,
-                             notebooks=_raising_notebooks(tmp_path))
+                             notebooks=_raising_notebooks(tmp_path), papermill=True)
     assert sorted(result.done) == ["default/cpu/b1_c64_r1", "default/cpu/b2_c64_r1"]
     assert sorted(label for label, _ in result.failed) == ["default/cpu/b1_c64_r2", "default/cpu/b2_c64_r2"]
     failed_dir = data / "raw" / "e2e" / "default" / "cpu" / "b1_c64_r2"
@@ -148,7 +148,7 @@ def test_campaign_end_to_end_with_a_failing_notebook_and_resume(tmp_path, llama_
     assert "ms at batch 2 over" in line and "x:" in line  # the verdict carries its numbers
     assert "not measured (no kernel trace for backend cpu" in page
 
-    # resume with the real notebooks: the two complete runs are skipped, the failed ones redone
+    # resume in the runner's process: the two complete runs are skipped, the failed ones redone
     kept = (ok_dir / "requests.jsonl").read_bytes()
     again = pc.run_campaign(campaign, data_dir=data, reports_dir=reports, progress=False)
     assert sorted(again.skipped) == sorted(result.done)
@@ -197,14 +197,17 @@ def test_traced_run_feeds_trace_tables_verdicts_and_profile_notebook(tmp_path, f
     assert verdict.outcome != v.NOT_MEASURED and f"{100 * verdict.value:.1f}%" in verdict.line
     # the other runs say which trace file is missing
     assert any("does not exist" in n for n in tables.notes)
-    # profile.ipynb through papermill writes the run's derived tables
+    # profile.ipynb through papermill gives the run's derived tables, those the page read (stored once)
     executed = tmp_path / "profile.ipynb"
     error = pc.execute_notebook(pc.NOTEBOOKS / "profile.ipynb", executed, {
         "campaign_file": str(path), "arm": "after", "backend": "cpu", "batch": 2, "context": 128, "repeat": 1},
         pc.find_kernel(), cwd=tmp_path)
     assert error is None
-    written = campaign.derived_dir() / "runs" / "after" / "cpu" / "b2_c128_r1" / "trace_runs.csv"
-    assert pd.read_csv(written)["dispatches"].iloc[0] == len(trace)
+    shown = json.loads(executed.read_text())["cells"]
+    assert any(f"dispatches {len(trace)}" in " ".join("".join(o.get("data", {}).get("text/plain", [])).split())
+               for c in shown if c["cell_type"] == "code" for o in c.get("outputs", []))
+    written = campaign.derived_dir() / "runs" / "after" / "cpu" / "b2_c128_r1" / "trace_runs.parquet"
+    assert pd.read_parquet(written)["dispatches"].iloc[0] == len(trace)
     # a campaign run over complete runs profiles them without a server; the run whose trace
     # is missing is partial (its counters stand) with the path named, and no measured file changes
     manifests = {p: p.read_bytes() for p in campaign.raw_dir().rglob("manifest.json")}

@@ -27,8 +27,9 @@ def test_the_collect_notebook_defaults_are_the_samplers():
     cell = next(c for c in book.cells if "parameters" in c.metadata.get("tags", []))
     values: dict = {}
     exec(cell.source, values)  # noqa: S102 - the notebook's own parameter cell: plain assignments
-    assert values["contention_threshold"] == load.CPU_THRESHOLD and values["wait_threshold"] == load.WAIT_THRESHOLD
-    assert values["psi_threshold"] == load.PSI_THRESHOLD
+    level = load.LevelSpec.from_json(values["level"])
+    assert level.contention_threshold == load.CPU_THRESHOLD and level.wait_threshold == load.WAIT_THRESHOLD
+    assert level.psi_threshold == load.PSI_THRESHOLD
 
 
 def test_campaign_run_takes_a_wait_threshold_and_a_wait_budget(capsys):

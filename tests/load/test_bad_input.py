@@ -30,9 +30,8 @@ def transport(request) -> str:
 def _one(base_url: str, transport: str = "raw", max_tokens: int = 2, timeout: float = 20.0) -> load.RequestRecord:
     async def go() -> load.RequestRecord:
         async with http_client(timeout) as client:
-            return await load.stream_request(client, base_url, endpoint="completions", prompt="p",
-                                             max_tokens=max_tokens, request_id="r", batch=1, context=5, repeat=1,
-                                             transport=transport, timeout=timeout)
+            return await load.stream_request(client, load.RequestSpec(
+                base_url, "p", max_tokens, "r", batch=1, context=5, repeat=1, transport=transport, timeout=timeout))
 
     started = time.monotonic()
     record = load.run_sync(go())
@@ -166,7 +165,7 @@ def test_one_bad_answer_fails_one_record_not_the_level():
 
     sink = load.MemorySink()
     with HostileServer({"/v1/completions": completions}) as url:
-        outcome = load.run_sync(load.run_level_async(url, 3, 8, 2, 1, sink, scrape_metrics=False))
+        outcome = load.run_sync(load.run_level_async(load.LevelSpec(url, 3, 8, 2, 1, scrape_metrics=False), sink))
     assert sorted(r.ok for r in sink.records) == [False, True, True]
     bad = next(r for r in sink.records if not r.ok)
     assert "usage" in bad.error

@@ -121,9 +121,8 @@ def transport(request) -> str:
 def _one(base_url: str, transport: str = "raw", max_tokens: int = 8) -> load.RequestRecord:
     async def go() -> load.RequestRecord:
         async with http_client(10.0) as client:
-            return await load.stream_request(client, base_url, endpoint="completions", prompt="p",
-                                             max_tokens=max_tokens, request_id="r", batch=1, context=5, repeat=1,
-                                             transport=transport)
+            return await load.stream_request(client, load.RequestSpec(
+                base_url, "p", max_tokens, "r", batch=1, context=5, repeat=1, transport=transport))
 
     return load.run_sync(go())
 
@@ -170,7 +169,7 @@ def test_error_event_inside_stream(injector, transport):
 
 def test_level_with_http_errors_is_incomplete_and_keeps_records(injector, tmp_path):
     url = injector("http500")
-    res = sweep.run_level(url, 3, 16, 4, 1, tmp_path)
+    res = sweep.run_level(load.LevelSpec(url, 3, 16, 4, 1, out_dir=tmp_path))
     assert res.status == "incomplete" and not res.skipped
     records = rundir.read_jsonl(res.run_dir / "requests.jsonl")
     assert len(records) == 3 and all(r["status"] == 500 and not r["ok"] for r in records)

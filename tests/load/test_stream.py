@@ -74,9 +74,8 @@ def test_stream_request_over_socket_with_u2028_split_mid_character(transport):
         server = await asyncio.start_server(handler, "127.0.0.1", 0)
         port = server.sockets[0].getsockname()[1]
         async with server, http_client(10.0) as client:
-            return await load.stream_request(client, f"http://127.0.0.1:{port}", endpoint="completions",
-                                             prompt="p", max_tokens=4, request_id="r0", batch=1, context=9,
-                                             repeat=1, transport=transport)
+            return await load.stream_request(client, load.RequestSpec(
+                f"http://127.0.0.1:{port}", "p", 4, "r0", batch=1, context=9, repeat=1, transport=transport))
 
     rec = asyncio.run(main())
     assert rec.ok, rec.error

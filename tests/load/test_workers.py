@@ -18,7 +18,7 @@ def test_split_deals_requests_round_robin_to_non_empty_shares():
 
 
 def test_a_worker_that_dies_is_reported_with_its_message():
-    job = {"base_url": "http://127.0.0.1:9", "requests": [{"request_id": "x"}], "timeout": 1.0, "common": {}}
+    job = [load.RequestSpec("http://127.0.0.1:9", "p", 2, "x", 1, 1, 1, endpoint="no such endpoint")]  # a KeyError there
     seen: list = []
     with pytest.raises(workers.WorkerFailed, match=r"ended after 0 of 1 requests: .*KeyError"):
         asyncio.run(workers.run_wave([job], seen.append, lambda: None))
@@ -30,8 +30,9 @@ def test_two_workers_give_every_record_in_one_file_on_one_clock(llama_server_bin
     batch, decode = 6, 24
     with start_llama_server(tiny_model, parallel=batch, ctx_size=batch * (96 + decode + 64), threads=1,
                             binary=llama_server_binary, log_path=tmp_path / "server.log") as handle:
-        result = sweep.run_level(handle.base_url, batch, 64, decode, 1, tmp_path / "runs", server=handle,
-                                 workers=2, contention=False)
+        result = sweep.run_level(load.LevelSpec(handle.base_url, batch, 64, decode, 1, out_dir=tmp_path / "runs",
+                                                server=load.ServerInfo.of(handle), workers=2,
+                                                contention_threshold=None))
     assert result.status == rundir.COMPLETE, result.errors
     run = result.run_dir
     manifest = rundir.read_manifest(run)

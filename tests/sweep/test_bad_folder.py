@@ -17,7 +17,7 @@ import pytest
 from hostile import HostileServer, stream, token
 from support import DATA
 
-from perflib import rundir
+from perflib import load, rundir
 from perflib.cli import main as cli_main
 
 SAMPLE = DATA / "campaign-sample" / "raw" / "sample" / "after" / "cpu" / "b2_c128_r1"
@@ -94,5 +94,6 @@ def test_a_matrix_past_the_limit_is_refused_with_its_count(tmp_path):
     from perflib.errors import PerflibError
 
     with pytest.raises(PerflibError, match="found 2000000 .*1000000 repeats"):
-        sweep.sweep("http://127.0.0.1:9", [1, 2], [8], 4, 1_000_000, tmp_path / "out", progress=False)
+        sweep.sweep(load.LevelSpec("http://127.0.0.1:9", 1, 8, 4, 1, out_dir=tmp_path / "out"), [1, 2], [8],
+                    1_000_000, progress=False)
     assert not (tmp_path / "out").exists()

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from perflib import rundir, runs, sweep
+from perflib import load, rundir, runs, sweep
 from perflib.cli import main as cli_main
 from perflib.commands.sweep import format_level_table
 from perflib.server import free_port, start_llama_server
@@ -45,7 +45,8 @@ def test_metrics_off_level_runs_but_is_incomplete(llama_server_binary, tiny_mode
 
     with start_llama_server(tiny_model, parallel=2, ctx_size=2 * 256, threads=1, metrics=False,
                             binary=llama_server_binary, log_path=tmp_path / "server.log") as handle:
-        res = sweep.run_level(handle.base_url, 2, 64, 24, 1, tmp_path / "out", server=handle)
+        res = sweep.run_level(load.LevelSpec(handle.base_url, 2, 64, 24, 1, out_dir=tmp_path / "out",
+                                             server=load.ServerInfo.of(handle)))
     records = rundir.read_jsonl(res.run_dir / "requests.jsonl")
     assert len(records) == 2 and all(r["ok"] and r["completion_tokens"] == 24 for r in records)
     manifest = rundir.read_manifest(res.run_dir)
@@ -74,7 +75,7 @@ def test_server_killed_mid_level_keeps_records_and_rerun_remeasures(llama_server
     requests_file = rundir.run_dir(out, 4, 64, 1) / "requests.jsonl"
     results: list[sweep.LevelResult] = []
     worker = threading.Thread(target=lambda: results.append(
-        sweep.run_level(handle.base_url, 4, 64, decode, 1, out, server=handle)))
+        sweep.run_level(load.LevelSpec(handle.base_url, 4, 64, decode, 1, out_dir=out, server=load.ServerInfo.of(handle)))))
     try:
         worker.start()
         deadline = time.monotonic() + 120
@@ -104,12 +105,12 @@ def test_server_killed_mid_level_keeps_records_and_rerun_remeasures(llama_server
     # Rerun against a fresh server: the incomplete folder is moved aside, not deleted, and re-measured.
     with start_llama_server(tiny_model, parallel=2, ctx_size=2 * (64 + decode + 64), threads=1,
                             binary=llama_server_binary, log_path=tmp_path / "server2.log") as fresh:
-        again = sweep.run_level(fresh.base_url, 4, 64, 16, 1, out, server=fresh)
+        again = sweep.run_level(load.LevelSpec(fresh.base_url, 4, 64, 16, 1, out_dir=out, server=load.ServerInfo.of(fresh)))
     assert again.status == "complete", again.errors
     assert again.moved_aside == out / "b4_c64_r1.incomplete-1"
     kept = rundir.read_jsonl(Path(again.moved_aside) / "requests.jsonl")
     assert [r["request_id"] for r in kept] == [r["request_id"] for r in records]
     assert len(rundir.read_jsonl(again.run_dir / "requests.jsonl")) == 4
     # and a complete run is never re-measured
-    skipped = sweep.run_level("http://127.0.0.1:9", 4, 64, 16, 1, out)
+    skipped = sweep.run_level(load.LevelSpec("http://127.0.0.1:9", 4, 64, 16, 1, out_dir=out))
     assert skipped.skipped and skipped.status == "complete"

@@ -187,7 +187,8 @@ def test_chat_endpoint_prompt_size_includes_template(llama_server_binary, tiny_m
 
     with start_llama_server(tiny_model, parallel=2, ctx_size=2 * 512, threads=1, binary=llama_server_binary,
                             log_path=tmp_path / "server.log") as handle:
-        res = sweep.run_level(handle.base_url, 2, 300, 16, 1, tmp_path / "out", endpoint="chat", server=handle)
+        res = sweep.run_level(load.LevelSpec(handle.base_url, 2, 300, 16, 1, out_dir=tmp_path / "out", endpoint="chat",
+                                             server=load.ServerInfo.of(handle)))
     assert res.status == "complete", res.errors
     for rec in rundir.read_jsonl(res.run_dir / "requests.jsonl"):
         assert rec["ok"] and rec["completion_tokens"] == 16

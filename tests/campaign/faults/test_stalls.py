@@ -47,9 +47,9 @@ def standin(*flags: str) -> Iterator[str]:
 def _request(url: str, transport: str, timeout: float, idle: float | None) -> load.RequestRecord:
     async def go() -> load.RequestRecord:
         async with load.http_client(timeout) as client:
-            return await load.stream_request(client, url, endpoint="completions", prompt="p", max_tokens=8,
-                                             request_id="r", batch=1, context=1, repeat=1, transport=transport,
-                                             timeout=timeout, idle_timeout=idle)
+            return await load.stream_request(client, load.RequestSpec(
+                url, "p", 8, "r", batch=1, context=1, repeat=1, transport=transport, timeout=timeout,
+                idle_timeout=idle))
 
     return load.run_sync(go())
 
