@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from perflib import rundir, server
+from perflib import atomic, rundir, safeinput, server
 from perflib.config import ArmSpec, BackendSpec, Campaign, RunSpec, ServerSpec
 from perflib.errors import PerflibError, interrupt_text
 from perflib.load import ServerInfo
@@ -298,7 +298,7 @@ class ServedArm:
     def _write_record(self) -> None:
         if self.external:
             return
-        rundir.write_json_atomic(self.arm_dir / SERVER_RECORD, {
+        atomic.write_json_atomic(self.arm_dir / SERVER_RECORD, {
             "campaign": self.campaign.name, "arm": self.arm.name, "backend": self.backend.name,
             "profiler": self.profiler.kind, "starts": [*self.history, *(s.record for s in self.segments)]})
 
@@ -397,9 +397,9 @@ def stop_orphans(campaign: Campaign, data: Path, log: Any = None, grace_s: float
                     stopped.append(line)
                     say(line)
             if repr(starts) != before:
-                record = rundir.read_json_object(path)
+                record = safeinput.read_json_object(path)
                 record["starts"] = starts
-                rundir.write_json_atomic(path, record)
+                atomic.write_json_atomic(path, record)
     return stopped
 
 

@@ -54,7 +54,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def _read(path: str) -> str:
     """The exposition text of a file the user named: a regular UTF-8 file, else an `InputError`."""
-    from perflib.rundir import read_text
+    from perflib.safeinput import read_text
 
     return read_text(path, "/metrics exposition text") or ""
 

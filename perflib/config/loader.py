@@ -66,12 +66,12 @@ def expanded_size(root: Any, limit: int) -> int:
 
 
 def _parse_yaml(path: Path) -> tuple[Any, Lines]:
-    """The document and its line map; the file read as `perflib.rundir.read_text` reads (a FIFO or
+    """The document and its line map; the file read as `perflib.safeinput.read_text` reads (a FIFO or
     device refused, at most `MAX_CAMPAIGN_BYTES`), composed once, its expanded size bounded before
     anything is built from it."""
     import yaml
 
-    from perflib.rundir import read_text
+    from perflib.safeinput import read_text
 
     text = read_text(path, "a campaign YAML file", max_bytes=MAX_CAMPAIGN_BYTES) or ""
     loader = None

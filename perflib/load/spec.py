@@ -20,7 +20,8 @@ from typing import Any, Protocol
 from perflib.errors import InputError
 from perflib.load.contention import CPU_THRESHOLD, PSI_THRESHOLD, WAIT_THRESHOLD
 from perflib.load.stream import DEFAULT_IDLE_TIMEOUT_S, ENDPOINTS, RequestSpec, request_timeout_for
-from perflib.rundir import describe, run_name, value_problem
+from perflib.rundir import run_name
+from perflib.safeinput import describe, value_problem
 
 GAUGE_INTERVAL_S = 0.5
 """Gauge sampling period during a level."""
@@ -86,7 +87,7 @@ FIELDS: dict[str, str] = {
     "gauge_interval": "number", "scrape_metrics": "bool", "campaign": "str?", "arm": "str?", "backend": "str?",
     "server": "dict?",
 }
-"""Each `LevelSpec` field's kind in JSON (`perflib.rundir.VALUE_KINDS`)."""
+"""Each `LevelSpec` field's kind in JSON (`perflib.safeinput.VALUE_KINDS`)."""
 
 SERVER_FIELDS: dict[str, str] = {"flags": "list[str]", "log_path": "str?", "version": "str?", "identity": "dict",
                                  "pid": "int?"}

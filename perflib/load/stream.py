@@ -45,7 +45,7 @@ from perflib.clocks import monotonic_ns
 from perflib.errors import PerflibError
 from perflib.load.frames import is_token_frame
 from perflib.load.sse import SSEError, SSESplitter
-from perflib.rundir import describe, value_problem
+from perflib.safeinput import describe, value_problem
 
 ENDPOINTS = {"completions": "/v1/completions", "chat": "/v1/chat/completions"}
 """`--endpoint` value → path."""
@@ -87,7 +87,7 @@ MAX_ERROR_BODY = 4096
 """How much of an error answer's body is kept (and read) for the record's error."""
 
 USAGE_FIELDS = {"completion_tokens": "count?", "prompt_tokens": "count?", "total_tokens": "count?"}
-"""The `usage` values perflib reads, and their kinds (`perflib.rundir.VALUE_KINDS`)."""
+"""The `usage` values perflib reads, and their kinds (`perflib.safeinput.VALUE_KINDS`)."""
 
 TIMINGS_FIELDS = {"predicted_n": "count?", "prompt_n": "count?", "predicted_ms": "number?", "prompt_ms": "number?",
                   "predicted_per_token_ms": "number?", "prompt_per_token_ms": "number?"}
