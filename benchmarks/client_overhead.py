@@ -417,7 +417,8 @@ def ceiling(base_url: str, streams: int, workers: int, max_tokens: int) -> dict[
 
     from perflib import load, rundir, safeinput
     from perflib.load import workers as worker_pool
-    from perflib.load.stream import RequestSpec, stream_request
+    from perflib.load.request import RequestSpec
+    from perflib.load.stream import stream_request
 
     out = Path(tempfile.mkdtemp(prefix="perflib-ceiling-"))
     sink = rundir.RunWriter(out)

@@ -27,8 +27,8 @@ from perflib import rundir, safeinput
 from perflib.campaign import load_campaign
 from perflib.config import MAX_RUNS
 from perflib.errors import PerflibError
+from perflib.load.answer import USAGE_FIELDS, StreamState
 from perflib.load.sse import SSEError, SSESplitter
-from perflib.load.stream import USAGE_FIELDS, _StreamState
 from perflib.metrics import parse_exposition
 
 FUZZ = settings.get_profile("perflib-fuzz")
@@ -244,7 +244,7 @@ def test_stream_event_checks(value, where):
         event["timings"][where] = value
     else:
         event[where] = value
-    state = _StreamState()
+    state = StreamState()
     state.take(json.dumps(event).encode(), 1)  # never raises: a bad value is the record's error
     assert state.error is None or state.error.startswith(("malformed SSE", "server error"))
     if state.error is None:
