@@ -20,6 +20,7 @@ from __future__ import annotations
 import os
 import shutil
 import signal
+import socket
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -40,8 +41,6 @@ SERVER_RECORD = rundir.SERVER_RECORD
 
 def host_name() -> str:
     """This runner's host: `$PERFLIB_HOST`, else the machine's name (two runners, two hosts)."""
-    import socket
-
     return os.environ.get("PERFLIB_HOST") or socket.gethostname()
 
 

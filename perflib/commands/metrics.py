@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 
 from perflib.cli import float_arg, int_arg
 
@@ -92,8 +93,6 @@ def format_table(delta: object, before: str = "", after: str = "") -> str:
 
 
 def run_diff(args: argparse.Namespace) -> int:
-    import json
-
     from perflib.errors import InputError
     from perflib.metrics import diff, parse_exposition
 

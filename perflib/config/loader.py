@@ -9,6 +9,7 @@ the measurements, the runs.csv columns a gate may name) is checked on top of thi
 
 from __future__ import annotations
 
+import stat
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -276,8 +277,6 @@ def _check_matrix(campaign: Campaign, path: Path, lines: Lines) -> None:
 def _check_files(campaign: Campaign, path: Path, lines: Lines) -> None:
     """What a campaign names beside it is there: each `compare_with` campaign file and each backend's
     `kernel_classes` (a built-in table, or a YAML file), read only later, when a page is written."""
-    import stat
-
     from perflib.classes import builtin_backends
 
     def regular(file: Path) -> str | None:
