@@ -415,9 +415,10 @@ def ceiling(base_url: str, streams: int, workers: int, max_tokens: int) -> dict[
     import resource
     import tempfile
 
-    from perflib import load, rundir
+    from perflib import load, rundir, safeinput
     from perflib.load import workers as worker_pool
-    from perflib.load.stream import RequestSpec, stream_request
+    from perflib.load.request import RequestSpec
+    from perflib.load.stream import stream_request
 
     out = Path(tempfile.mkdtemp(prefix="perflib-ceiling-"))
     sink = rundir.RunWriter(out)
@@ -453,7 +454,7 @@ def ceiling(base_url: str, streams: int, workers: int, max_tokens: int) -> dict[
     tokens = sum(len(r.chunk_ns) for r in records)
     first = min(r.first_token_ns for r in records if r.first_token_ns)
     last = max(r.last_token_ns for r in records if r.last_token_ns)
-    written = len(rundir.read_jsonl(out / rundir.REQUESTS))
+    written = len(safeinput.read_jsonl(out / rundir.REQUESTS))
     return {"workers": workers, "streams": streams, "max_tokens": max_tokens, "tokens": tokens,
             "failed": sum(1 for r in records if not r.ok), "records_in_file": written,
             "tokens_per_s": tokens * 1e9 / (last - first), "level_s": (end - clocks["start"]) / 1e9,

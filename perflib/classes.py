@@ -222,7 +222,7 @@ def load_class_file(path: str | Path, base: str | None = None) -> ClassTable:
     """A user's table (same YAML format). Its own `extends:` or `base` names the built-in it extends."""
     import yaml
 
-    from perflib.rundir import read_text
+    from perflib.safeinput import read_text
 
     path = Path(path)
     text = read_text(path, "a YAML class table", max_bytes=MAX_TABLE_BYTES) or ""  # a FIFO refused, not read

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import gc
 import importlib
 import math
 import os
@@ -13,8 +14,8 @@ from perflib.errors import PerflibError, Terminated
 from perflib.version import __version__
 
 # Each module in perflib.commands has `register(subparsers)` that adds its parser and sets
-# `func(args) -> int`. Command modules import only argparse at the top, so `perflib --help`
-# and `perflib trace summary` start without loading pandas or httpx twice.
+# `func(args) -> int`. Command modules import only the standard library and `perflib.cli` at the top,
+# so `perflib --help` and `perflib trace summary` start without loading pandas or httpx.
 COMMANDS = ("server", "sweep", "metrics", "trace", "campaign")
 
 
@@ -104,8 +105,6 @@ def _run(argv: list[str] | None, process: bool = False) -> tuple[int, bool]:
     args = parser.parse_args(argv)
     at_once = bool(getattr(args, "exit_at_once", False))
     if process and at_once:
-        import gc
-
         gc.disable()
     code = _call(args)
     return code, code == 0 and at_once

@@ -24,7 +24,7 @@ from typing import Any
 
 import pandas as pd
 
-from perflib import attribution, rundir
+from perflib import atomic, attribution, rundir
 from perflib.errors import PerflibError
 from perflib.traces import file_meta, write_trace_parquet
 
@@ -79,14 +79,14 @@ def existing_dispatches(path: Path) -> int | None:
 
 
 def _write_atomic(trace: Any, inside: Any, target: Path, start: int, end: int) -> Path:
-    """Write the cut through `rundir.atomic_target`: a failure at any point leaves `target` as it
+    """Write the cut through `atomic.atomic_target`: a failure at any point leaves `target` as it
     was and no temporary file behind. Names read as a categorical (the lean read) are written as text,
     as the full read's are, and the meta is the file's (`traces.file_meta`), so that a cut from the lean
     read is the cut from the full read."""
     meta = file_meta(trace)
     if isinstance(inside["kernel"].dtype, pd.CategoricalDtype):
         inside = inside.assign(kernel=inside["kernel"].astype("str"))
-    with rundir.atomic_target(target) as tmp:
+    with atomic.atomic_target(target) as tmp:
         write_trace_parquet(replace(trace, dispatches=inside, meta=meta), tmp, start, end)
     return target
 
@@ -128,7 +128,7 @@ def _cut_one(trace: Any, manifest_path: Path, margin_ns: int, repeats: int | Non
             return Cut(run_dir, None, note=f"repeat {manifest.get('repeat')} > {repeats}: not cut; its existing "
                        f"{name} kept as it was", kept=target, kept_dispatches=existing_dispatches(target))
         manifest["trace_note"] = f"traced, trace not kept (only repeats 1..{repeats} are kept)"
-        rundir.write_json_atomic(manifest_path, manifest)
+        atomic.write_json_atomic(manifest_path, manifest)
         return Cut(run_dir, None, note=f"repeat {manifest.get('repeat')} > {repeats}: not kept")
     window = attribution.window_from_manifest(trace, manifest)
     start, end = window.start_ns - margin_ns, window.end_ns + margin_ns
@@ -147,7 +147,7 @@ def _cut_one(trace: Any, manifest_path: Path, margin_ns: int, repeats: int | Non
                              "margin_ms": margin_ns / 1e6, "start_ns": start, "end_ns": end,
                              "capture_start_ns": span[0] if span else None, "capture_end_ns": span[1] if span else None}
     manifest.pop("trace_note", None)
-    rundir.write_json_atomic(manifest_path, manifest)
+    atomic.write_json_atomic(manifest_path, manifest)
     return Cut(run_dir, out, len(inside), kernels, start, end, clock,
                "" if kernels else "no kernel dispatch inside the level window")
 

@@ -20,7 +20,7 @@ from typing import Any
 
 import pandas as pd
 
-from perflib import attribution, checks, classes, runcache, rundir, runs, traces
+from perflib import atomic, attribution, checks, classes, runcache, rundir, runs, traces
 from perflib.config import Campaign, RunSpec
 from perflib.errors import InputError, PerflibError
 from perflib.server import losses
@@ -353,10 +353,10 @@ def write(tables: DerivedTables, out_dir: Path) -> list[Path]:
     written = []
     for name in COLUMNS:
         path = out_dir / f"{name}.csv"
-        rundir.write_atomic(path, _csv(normalize(name, tables.table(name))))  # two hosts may report at once
+        atomic.write_atomic(path, _csv(normalize(name, tables.table(name))))  # two hosts may report at once
         written.append(path)
     notes = out_dir / "notes.json"
-    rundir.write_atomic(notes, json.dumps(list(tables.notes), indent=2) + "\n")
+    atomic.write_atomic(notes, json.dumps(list(tables.notes), indent=2) + "\n")
     written.append(notes)
     return written
 

@@ -24,7 +24,7 @@ from typing import Any
 
 import pandas as pd
 
-from perflib import derive, rundir
+from perflib import atomic, derive, rundir, safeinput
 from perflib.config import Campaign, opening_question, read_campaign
 from perflib.errors import InputError
 
@@ -210,7 +210,7 @@ def environment_facts(campaign: Campaign) -> pd.DataFrame:
     for i, spec in enumerate(campaign.environment_files):
         file = campaign.resolve(spec.file)
         expected = f"a JSON file (named by {campaign.path}: {campaign.where(f'environment_files[{i}].file')})"
-        text = rundir.read_text(file, expected)
+        text = safeinput.read_text(file, expected)
         try:
             doc = json.loads(text or "")
         except json.JSONDecodeError as exc:
@@ -257,7 +257,7 @@ def pages_named(reports_dir: Path, name: str) -> dict[str, tuple[str, ...]]:
     out = {}
     for page in sorted(Path(reports_dir).glob(f"{glob.escape(name)}-*.md")):
         if page.is_file():
-            text = rundir.read_text(page, "a results page (to tell which data folder it was drawn from)") or ""
+            text = safeinput.read_text(page, "a results page (to tell which data folder it was drawn from)") or ""
             out[page.name] = tuple(_DERIVED_NAMED.findall(text))
     return out
 
@@ -295,7 +295,7 @@ def write(inputs: PageInputs, out_dir: Path) -> list[Path]:
     frames[REFERENCE_RUNS] = runs[["reference", *[c for c in runs.columns if c != "reference"]]]
     written = []
     for name, frame in frames.items():
-        written.append(rundir.write_atomic(out_dir / name, frame.to_csv(index=False, float_format=derive.FLOAT_FORMAT,
+        written.append(atomic.write_atomic(out_dir / name, frame.to_csv(index=False, float_format=derive.FLOAT_FORMAT,
                                                                         lineterminator="\n")))
     doc = {"question": inputs.question, "question_from": inputs.question_from,
            "reports_dir": _rel(inputs.reports_dir, data),
@@ -305,7 +305,7 @@ def write(inputs: PageInputs, out_dir: Path) -> list[Path]:
            "notes": [{"text": text, "link": _rel(link, data) or None} for text, link in inputs.notes],
            "see_also": [{"entry": entry, "target": target} for entry, target in inputs.see_also],
            "pages": {name: list(named) for name, named in inputs.pages.items()}}
-    written.append(rundir.write_atomic(out_dir / PAGE, json.dumps(doc, indent=2, ensure_ascii=False) + "\n"))
+    written.append(atomic.write_atomic(out_dir / PAGE, json.dumps(doc, indent=2, ensure_ascii=False) + "\n"))
     return written
 
 
@@ -314,7 +314,7 @@ def read(out_dir: Path) -> PageInputs:
     or not in its form is an `InputError` (rebuild it with `perflib campaign report`)."""
     out_dir = Path(out_dir)
     data = Path(os.path.normpath(out_dir / ".." / ".."))  # data/derived/<campaign>/
-    text = rundir.read_text(out_dir / PAGE, "the page's inputs (JSON) written by perflib campaign report")
+    text = safeinput.read_text(out_dir / PAGE, "the page's inputs (JSON) written by perflib campaign report")
     try:
         doc = json.loads(text or "")
     except json.JSONDecodeError as exc:

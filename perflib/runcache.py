@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from perflib import classes, rundir
+from perflib import atomic, classes, rundir
 from perflib.version import __version__
 
 if TYPE_CHECKING:
@@ -137,12 +137,12 @@ def save(folder: Path, key: Mapping[str, Any], result: Attributed) -> bool:
         for name, frame in (result.tables or {}).items():
             table = pa.Table.from_pandas(frame, preserve_index=False)
             table = table.replace_schema_metadata({**(table.schema.metadata or {}), _DIGEST_KEY: digest})
-            with rundir.atomic_target(folder / f"{name}.parquet") as target:
+            with atomic.atomic_target(folder / f"{name}.parquet") as target:
                 pq.write_table(table, target)
         record = {"key": dict(key), "source": result.source,
                   "tables": list(result.tables) if result.tables is not None else None,
                   "uncovered": result.uncovered, "error": result.error}
-        rundir.write_atomic(folder / RECORD, json.dumps(record, indent=1, sort_keys=True) + "\n")
+        atomic.write_atomic(folder / RECORD, json.dumps(record, indent=1, sort_keys=True) + "\n")
     except (OSError, pa.ArrowException):  # not writable, or a column Parquet cannot hold: recomputed next time
         return False
     return True

@@ -9,24 +9,29 @@ rewritten (temp file + rename, never half-written) at its end, so a crash or a k
 that says it is incomplete and is re-measured on the next run.
 
 This module is the only place that knows these names and this layout. It reads and writes files and
-nothing else: no HTTP, no parsing of what the files hold beyond JSON.
+nothing else: no HTTP, no parsing of what the files hold beyond JSON. How a file is read safely is
+`perflib.safeinput`'s, how one is written whole `perflib.atomic`'s.
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
-import math
-import os
 import re
-import stat
-import tempfile
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from perflib.atomic import append_jsonl, naming, write_json_atomic
 from perflib.errors import InputError, PerflibError
+from perflib.safeinput import (
+    check_fields,
+    describe,
+    read_json_object,
+    read_jsonl_lines,
+    read_text,
+    value_problem,
+)
 
 SCHEMA_VERSION = 1
 
@@ -53,11 +58,6 @@ SAFE_NAME_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.+-]{0,127}")
 SAFE_NAME = ("a name of letters, digits and _ . + - that does not start with . or - (at most 128 "
              "characters: it becomes a folder or file name)")
 """Campaign, arm and backend names and page dates become path parts: nothing that could climb out."""
-
-MAX_NUMBER = 1e15
-"""Largest magnitude of a float in a run folder's records (ms, tok/s): beyond it sums overflow."""
-MAX_INT = 2 ** 63 - 1
-"""Integers in a run folder fit int64 (nanosecond clocks, counts), as the tables downstream hold them."""
 
 
 # ------------------------------------------------------------------------------------------- names
@@ -136,115 +136,6 @@ def list_runs(root: Path | str) -> list[RunFolder]:
     return found
 
 
-# ------------------------------------------------------------------------------------ files, values
-
-
-def _file_kind(mode: int) -> str:
-    kinds = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
-             (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
-    return next((name for test, name in kinds if test(mode)), "not a regular file")
-
-
-def not_regular(path: Path | str) -> str | None:
-    """None for a regular file (or a link to one), else what is there instead ("a FIFO", "no such
-    file"): `stat` only, which never blocks, so a FIFO is refused before anything opens it."""
-    try:
-        mode = os.stat(path).st_mode
-    except FileNotFoundError:
-        return "no such file"
-    except OSError as exc:
-        return f"{type(exc).__name__}: {exc.strerror}"
-    return None if stat.S_ISREG(mode) else _file_kind(mode)
-
-
-def read_text(path: Path | str, expected: str, *, missing_ok: bool = False, max_bytes: int | None = None
-              ) -> str | None:
-    """The UTF-8 text of a regular file. Missing (None with `missing_ok`), unreadable, a folder, a FIFO
-    or a device (opened without blocking, then refused), larger than `max_bytes`, or not UTF-8: an
-    `InputError` naming the file, saying `expected` and what was found."""
-    path = Path(path)
-    expected_file = f"{expected} in a regular file"
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-    except FileNotFoundError:
-        if missing_ok:
-            return None
-        raise InputError(path, None, expected_file, "no such file") from None
-    except OSError as exc:
-        raise InputError(path, None, expected_file, f"{type(exc).__name__}: {exc.strerror}") from None
-    mode = os.fstat(fd)
-    if not stat.S_ISREG(mode.st_mode) or (max_bytes is not None and mode.st_size > max_bytes):
-        os.close(fd)
-        if not stat.S_ISREG(mode.st_mode):
-            raise InputError(path, None, expected_file, _file_kind(mode.st_mode))
-        raise InputError(path, None, f"{expected} of at most {max_bytes} bytes", f"{mode.st_size} bytes")
-    with os.fdopen(fd, "rb") as handle:
-        try:
-            data = handle.read()
-        except OSError as exc:
-            raise InputError(path, None, expected_file, f"{type(exc).__name__}: {exc.strerror}") from None
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        line = data.count(b"\n", 0, exc.start) + 1
-        raise InputError(path, f"line {line}", f"UTF-8 text ({expected})",
-                         f"undecodable byte 0x{data[exc.start]:02x}") from None
-
-
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and -MAX_INT <= value <= MAX_INT
-
-
-def _is_number(value: Any) -> bool:
-    return (isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
-            and abs(value) <= MAX_NUMBER)
-
-
-VALUE_KINDS: dict[str, tuple[str, Any]] = {
-    "int": ("an integer", _is_int),
-    "count": ("a non-negative integer", lambda v: _is_int(v) and v >= 0),
-    "positive": ("a positive integer", lambda v: _is_int(v) and v >= 1),
-    "number": (f"a finite number (magnitude at most {MAX_NUMBER:g})", _is_number),
-    "anynumber": ("a number", lambda v: isinstance(v, int | float) and not isinstance(v, bool)),
-    "str": ("a string", lambda v: isinstance(v, str)),
-    "bool": ("true or false", lambda v: isinstance(v, bool)),
-    "dict": ("a JSON object", lambda v: isinstance(v, dict)),
-    "list[str]": ("a list of strings", lambda v: isinstance(v, list) and all(isinstance(x, str) for x in v)),
-    "list[int]": ("a list of integers", lambda v: isinstance(v, list) and all(_is_int(x) for x in v)),
-    "list[number]": ("a list of finite numbers", lambda v: isinstance(v, list) and all(_is_number(x) for x in v)),
-}
-"""A kind of value (`"int"`, `"number?"`: `?` admits null) -> (what is expected, the test)."""
-
-
-def value_problem(value: Any, kind: str) -> str | None:
-    """None when `value` is of `kind` (see `VALUE_KINDS`), else what was expected."""
-    optional = kind.endswith("?")
-    expected, test = VALUE_KINDS[kind.rstrip("?")]
-    if value is None and optional:
-        return None
-    return None if test(value) else expected + (" or null" if optional else "")
-
-
-def describe(value: Any) -> str:
-    """How a found value is named in an error: its JSON kind, and a short text for a scalar."""
-    kinds = {dict: "a JSON object", list: "a list", str: "a string", bool: "a boolean", int: "an integer",
-             float: "a number", type(None): "null"}
-    kind = kinds.get(type(value), type(value).__name__)
-    if isinstance(value, dict | list) or value is None:
-        return kind
-    text = repr(value[:60] if isinstance(value, str) else value)
-    return f"{kind} {text[:60]}"
-
-
-def check_fields(obj: Mapping[str, Any], fields: Mapping[str, str], path: Path | str, where: str) -> None:
-    """Every key of `fields` present in `obj` holds its kind; else an `InputError` at `where<key>`."""
-    for name, kind in fields.items():
-        if name in obj:
-            expected = value_problem(obj[name], kind)
-            if expected:
-                raise InputError(path, f"{where}{name}", expected, describe(obj[name]))
-
-
 # ---------------------------------------------------------------------------------------- manifest
 
 
@@ -262,41 +153,6 @@ METRICS_INFO_FIELDS: dict[str, str] = {
     "process_start_after": "number?",
 }
 """The manifest's `metrics` object: what the level's scrapes said."""
-
-
-def write_json_atomic(path: Path | str, obj: Any) -> Path:
-    """Write JSON to a temp file beside `path`, fsync it, then rename it over `path`."""
-    return write_atomic(path, json.dumps(obj, indent=2, sort_keys=False, default=str) + "\n")
-
-
-def write_atomic(path: Path | str, data: str | bytes) -> Path:
-    """Write text or bytes to a temp file beside `path`, fsync it, then rename it over `path`: a
-    reader (another host's report, a crash) sees the old file or the new one, never half of one."""
-    with atomic_target(path) as tmp:
-        tmp.write_bytes(data.encode() if isinstance(data, str) else data)
-    return Path(path)
-
-
-@contextlib.contextmanager
-def atomic_target(path: Path | str) -> Iterator[Path]:
-    """A temp path beside `path` for a writer that needs a file name (pyarrow, matplotlib); once the
-    block ends it is fsynced and renamed over `path`. A failure leaves `path` as it was and no temp
-    file behind."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    tmp = Path(name)
-    try:
-        with naming(path):  # a full disk names the file being written, not the temp file or nothing
-            os.fchmod(fd, 0o644)  # mkstemp makes it 0600; a run folder is meant to be shared
-            os.close(fd)
-            yield tmp
-            with open(tmp, "rb") as handle:
-                os.fsync(handle.fileno())
-            os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
 
 
 def write_manifest(run: Path | str, manifest: Mapping[str, Any]) -> Path:
@@ -330,13 +186,9 @@ def read_manifest(run: Path | str, missing_ok: bool = False) -> dict[str, Any] |
     return obj
 
 
-MAX_CLOCK_NS = 2**63 - 1
-"""A clock reading is int64 nanoseconds (`perflib.clocks.now_clocks`)."""
-
-
 def _check_clocks(clocks: Any, path: Path) -> None:
-    """`clocks.start` and `clocks.end` are null or objects whose readings are integers of ns in int64,
-    at least 0: a string, NaN (read as a float), a fraction or 1e30 is an `InputError` naming the field,
+    """`clocks.start` and `clocks.end` are null or objects whose readings are integers of ns in int64
+    (`perflib.clocks.now_clocks`), at least 0: a string, NaN (read as a float), a fraction or 1e30 is an `InputError` naming the field,
     never a ValueError or an overflow where a window is computed from it."""
     if not isinstance(clocks, dict):
         return
@@ -348,7 +200,7 @@ def _check_clocks(clocks: Any, path: Path) -> None:
             raise InputError(path, f"field clocks.{which}", "a JSON object of clock readings or null",
                              describe(reading))
         for name, value in reading.items():
-            if not (_is_int(value) and 0 <= value <= MAX_CLOCK_NS):
+            if value_problem(value, "count") is not None:  # 0 to 2^63 - 1
                 raise InputError(path, f"field clocks.{which}.{name}",
                                  "an integer of nanoseconds from 0 to 2^63 - 1 (int64)", describe(value))
 
@@ -417,17 +269,7 @@ def find_trace(run: Path | str, manifest: Mapping[str, Any] | None = None) -> Pa
     return None
 
 
-# ------------------------------------------------------------------------------------- JSON Lines
-
-
-def read_json_object(path: Path | str) -> dict[str, Any]:
-    """A small JSON record perflib itself wrote (server.json, a claim), read leniently: {} where it is
-    missing, unreadable, not JSON or not an object (a crash between create and write leaves it empty)."""
-    try:
-        doc = json.loads(Path(path).read_text())
-    except (OSError, ValueError):
-        return {}
-    return doc if isinstance(doc, dict) else {}
+# ------------------------------------------------------------------------------------- server.json
 
 
 def server_starts(path: Path | str) -> list[dict[str, Any]]:
@@ -446,59 +288,7 @@ def server_start_of(run: Path | str) -> dict[str, Any] | None:
     return mine[-1] if mine else None
 
 
-@contextlib.contextmanager
-def naming(path: Path | str) -> Iterator[None]:
-    """An OSError in the block names `path` where it names no file (a write to a full disk fails on
-    the open file: `[Errno 28] No space left on device` alone would not say which)."""
-    try:
-        yield
-    except OSError as exc:
-        if exc.filename is None and exc.errno is not None:
-            raise OSError(exc.errno, exc.strerror or str(exc), str(path)) from exc
-        raise
-
-
-def append_jsonl(path: Path | str, obj: Mapping[str, Any]) -> None:
-    """Append one JSON object as one line and flush it, so a crash keeps every finished line."""
-    line = json.dumps(obj, separators=(",", ":"), default=str)
-    with naming(path), open(path, "a") as handle:
-        handle.write(line + "\n")
-        handle.flush()
-
-
-def read_jsonl_lines(path: Path | str) -> list[tuple[int, dict[str, Any]]]:
-    """(line number, object) of each line of a JSON Lines file; a missing file reads as empty.
-
-    A last line cut off by a crash (no newline, not JSON) is dropped; any other bad line is an
-    `InputError` naming the file and the line.
-    """
-    path = Path(path)
-    text = read_text(path, "a JSON Lines file", missing_ok=True)
-    if text is None:
-        return []
-    lines = text.split("\n")
-    out: list[tuple[int, dict[str, Any]]] = []
-    for number, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
-        try:
-            obj = json.loads(line)
-        except json.JSONDecodeError as exc:
-            if number == len(lines) and not text.endswith("\n"):
-                break  # cut off mid-write by a crash
-            raise InputError(path, f"{number}:{exc.colno}", "one JSON object per line", exc.msg) from None
-        except RecursionError:
-            raise InputError(path, f"line {number}", "a JSON object nested a few levels deep",
-                             "deeper nesting") from None
-        if not isinstance(obj, dict):
-            raise InputError(path, str(number), "a JSON object", type(obj).__name__)
-        out.append((number, obj))
-    return out
-
-
-def read_jsonl(path: Path | str) -> list[dict[str, Any]]:
-    """Objects of a JSON Lines file (`read_jsonl_lines` without the line numbers)."""
-    return [obj for _, obj in read_jsonl_lines(path)]
+# ----------------------------------------------------------------------------- requests and gauges
 
 
 REQUEST_FIELDS: dict[str, str] = {

@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from perflib import metrics, rundir
+from perflib import metrics, rundir, safeinput
 from perflib.errors import InputError, PerflibError
 from perflib.intervals import covered_ns, union_intervals
 
@@ -268,7 +268,7 @@ def _counter_figures(run_dir: Path, manifest: Mapping[str, Any], records: Sequen
     if dialect not in ("auto", *metrics.DIALECTS):
         raise InputError(run_dir / rundir.MANIFEST, "field metrics.dialect",
                          f"auto or one of {', '.join(metrics.DIALECTS)}", repr(dialect))
-    texts = [metrics.parse_exposition(rundir.read_text(path, "Prometheus exposition text") or "", str(path))
+    texts = [metrics.parse_exposition(safeinput.read_text(path, "Prometheus exposition text") or "", str(path))
              for path in (before, after)]
     finished = sum(1 for r in records if r.get("completion_tokens") is not None)
     gauges = [s["gauges"] for s in rundir.read_gauges(run_dir / rundir.GAUGES) if s.get("gauges")]

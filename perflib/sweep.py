@@ -14,12 +14,14 @@ from __future__ import annotations
 import os
 import platform
 import shutil
+import socket
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from importlib import metadata
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import httpx
 
@@ -52,9 +54,6 @@ class LevelResult:
 def tool_versions() -> dict[str, str]:
     """Versions of perflib, Python, the event loop, httpx and the platform, and the host (`$PERFLIB_HOST`
     or the machine's name: which runner measured the run), for the manifest."""
-    import os
-    import socket
-
     tools = {"perflib": __version__, "python": sys.version.split()[0], "platform": platform.platform(),
              "event_loop": load.event_loop_name(), "host": os.environ.get("PERFLIB_HOST") or socket.gethostname()}
     for dist in ("httpx", "httpcore", "h11"):
@@ -208,8 +207,6 @@ def _started_manifest(base_url: str, endpoint: str, batch: int, context: int, de
 def _own_pids(base_url: str, started: load.ServerInfo | None) -> set[int]:
     """The server's processes, which are not contention: the one perflib started, and whatever
     listens on the URL's port where the URL is this host."""
-    from urllib.parse import urlsplit
-
     pids: set[int] = {os.getpid()}  # and so this client's own load workers
     if started is not None and started.pid is not None:
         pids.add(started.pid)

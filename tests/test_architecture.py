@@ -221,10 +221,10 @@ FILE_OPS = frozenset({
 folder, by the name a call ends in (`Path(p).read_text()`, `json.load(f)`, `pd.read_csv(p)`, `open(p)`)."""
 
 PAGE_WRITES = {
-    ("perflib.report.page.write_report", "perflib.rundir.write_atomic"): "the page",
+    ("perflib.report.page.write_report", "perflib.atomic.write_atomic"): "the page",
     ("perflib.report.page.write_report", "mkdir"): "the reports folder",
     ("perflib.report.page.write_report", "unlink"): "a figure no longer drawn, so no stale PNG stays",
-    ("perflib.report.figures.save_figure", "perflib.rundir.write_atomic"): "a figure's PNG",
+    ("perflib.report.figures.save_figure", "perflib.atomic.write_atomic"): "a figure's PNG",
     ("perflib.report.page.render", "FileSystemLoader"): "the page's own template (package data, not an input)",
 }
 """The only file operations of `perflib.report`: (the function, what it calls) -> what it writes."""
@@ -335,22 +335,22 @@ def test_the_page_read_check_sees_every_way_to_read(tmp_path):
     reached through a helper of the page, and a write not on the list are each caught; the listed write is not."""
     files = {
         "perflib.rundir": "import os\ndef read_manifest(p):\n    return open(p).read()\n"
-                          "def write_atomic(p, t):\n    with open(p, 'w') as f:\n        f.write(t)\n"
                           "def list_runs(root):\n    return sorted(root.iterdir())\ndef safe_name(n):\n    return n\n",
+        "perflib.atomic": "def write_atomic(p, t):\n    with open(p, 'w') as f:\n        f.write(t)\n",
         "perflib.config": "from perflib.config.loader import read_campaign\n",
         "perflib.config.loader": "import yaml\ndef read_campaign(p):\n    return yaml.safe_load(p)\n",
         "perflib.config.model": "from perflib import rundir\nclass Campaign:\n    def run_folders(self):\n"
                                 "        return rundir.list_runs(self.root)\n    def where(self):\n        return 1\n",
-        "perflib.report.page": "import json\nfrom pathlib import Path\nfrom perflib import rundir\n"
+        "perflib.report.page": "import json\nfrom pathlib import Path\nfrom perflib import atomic, rundir\n"
                                "from perflib.config import read_campaign\n"
                                "def a(p):\n    return json.loads(Path(p).read_text())\n"
                                "def b(campaign):\n    return campaign.run_folders(), campaign.where()\n"
                                "def c(p):\n    return rundir.read_manifest(p), rundir.safe_name(p)\n"
                                "def d(p):\n    return read_campaign(p)\n"
-                               "def e(p):\n    rundir.write_atomic(p, 'x')\n"
+                               "def e(p):\n    atomic.write_atomic(p, 'x')\n"
                                "def _helper(p):\n    return p.exists()\n"
                                "def f(p):\n    return _helper(p), {1}.add(2)\n"
-                               "def write_report(p):\n    rundir.write_atomic(p, 'x')\n    f(p)\n",
+                               "def write_report(p):\n    atomic.write_atomic(p, 'x')\n    f(p)\n",
     }
     mods = {}
     for name, text in files.items():
@@ -358,7 +358,7 @@ def test_the_page_read_check_sees_every_way_to_read(tmp_path):
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text)
         mods[name] = path
-    found = page_reads(mods, {("perflib.report.page.write_report", "perflib.rundir.write_atomic"): "the page"})
+    found = page_reads(mods, {("perflib.report.page.write_report", "perflib.atomic.write_atomic"): "the page"})
     assert {q: len(a) for q, a in found.items()} == {
         "perflib.report.page.a": 1, "perflib.report.page.b": 1, "perflib.report.page.c": 1,
         "perflib.report.page.d": 1, "perflib.report.page.e": 1, "perflib.report.page._helper": 1,

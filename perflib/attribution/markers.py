@@ -23,6 +23,7 @@ another of its family (a nested span) is not a step of its own; a step ends wher
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -66,8 +67,6 @@ def check_pattern(step_marker: str | None, named: str = "step_marker") -> None:
     whether or not the trace has ranges to match it against."""
     if not step_marker:
         return
-    import re
-
     try:
         re.compile(step_marker)
     except (re.error, RecursionError, OverflowError) as exc:

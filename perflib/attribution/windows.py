@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from perflib import rundir
+from perflib import rundir, safeinput
 from perflib.clocks import CLOCK_KEYS
 from perflib.errors import PerflibError
 
@@ -180,7 +180,7 @@ def decode_window_from_run(trace: Any, run_dir: str | Path) -> DecodeWindow:
     clocks = manifest["clocks"]
     offset = int(clocks["start"][CLOCK_KEYS[level.clock]]) - int(clocks["start"]["monotonic_ns"])
     path = run_dir / rundir.REQUESTS
-    records = [r for r in rundir.read_jsonl(path)
+    records = [r for r in safeinput.read_jsonl(path)
                if r.get("ok") and r.get("first_token_ns") is not None and r.get("last_token_ns") is not None]
     if not records:
         raise PerflibError(f"{path}: no successful request with first and last token times")

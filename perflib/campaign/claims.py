@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from perflib import rundir
+from perflib import safeinput
 from perflib.campaign.servers import host_name
 from perflib.server import lifetime
 
@@ -50,7 +50,7 @@ class Claim:
                 self.path.unlink()
 
 
-_read = rundir.read_json_object
+_read = safeinput.read_json_object
 
 
 def _pid_alive(pid: Any) -> bool:

@@ -11,6 +11,7 @@ notebooks from the results (`perflib.campaign.records`); with `--papermill` it e
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import subprocess
 import sys
@@ -159,8 +160,6 @@ def execute_notebook(notebook: Path, output: Path, parameters: dict, kernel_name
     except KeyboardInterrupt:
         # Ctrl-C leaves nbclient's cell task orphaned with the kernel it stopped; asyncio would print its
         # DeadKernelError as a traceback at exit, after perflib's own "interrupted" line.
-        import logging
-
         logging.getLogger("asyncio").setLevel(logging.CRITICAL)
         raise
     return None

@@ -21,7 +21,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from perflib import rundir
+from perflib import atomic
 from perflib.campaign.notebooks import NOTEBOOKS
 from perflib.load import LevelSpec
 from perflib.version import __version__
@@ -96,7 +96,7 @@ def _fill(name: str, parameters: str, outputs: Mapping[str, Sequence[dict[str, A
 
 
 def _write(path: Path, book: dict[str, Any]) -> Path:
-    rundir.write_atomic(path, json.dumps(book, indent=1, sort_keys=True, ensure_ascii=False) + "\n")
+    atomic.write_atomic(path, json.dumps(book, indent=1, sort_keys=True, ensure_ascii=False) + "\n")
     return path
 
 

@@ -17,6 +17,7 @@ Ctrl-C stops the server, marks the run in progress incomplete and keeps the rest
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import sys
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -96,8 +97,6 @@ class _Progress:
 def _check_notebook_extras() -> None:
     """The notebook extras that `--papermill` needs are installed (found, not imported: papermill is
     imported while a server starts)."""
-    import importlib.util
-
     for name in ("jupyter_client", "nbclient", "papermill"):
         if importlib.util.find_spec(name) is None:
             raise PerflibError(f"`perflib campaign run` needs the notebook extras ({name} is missing): "

@@ -20,12 +20,13 @@ from __future__ import annotations
 import os
 import shutil
 import signal
+import socket
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from perflib import rundir, server
+from perflib import atomic, rundir, safeinput, server
 from perflib.config import ArmSpec, BackendSpec, Campaign, RunSpec, ServerSpec
 from perflib.errors import PerflibError, interrupt_text
 from perflib.load import ServerInfo
@@ -40,8 +41,6 @@ SERVER_RECORD = rundir.SERVER_RECORD
 
 def host_name() -> str:
     """This runner's host: `$PERFLIB_HOST`, else the machine's name (two runners, two hosts)."""
-    import socket
-
     return os.environ.get("PERFLIB_HOST") or socket.gethostname()
 
 
@@ -298,7 +297,7 @@ class ServedArm:
     def _write_record(self) -> None:
         if self.external:
             return
-        rundir.write_json_atomic(self.arm_dir / SERVER_RECORD, {
+        atomic.write_json_atomic(self.arm_dir / SERVER_RECORD, {
             "campaign": self.campaign.name, "arm": self.arm.name, "backend": self.backend.name,
             "profiler": self.profiler.kind, "starts": [*self.history, *(s.record for s in self.segments)]})
 
@@ -397,9 +396,9 @@ def stop_orphans(campaign: Campaign, data: Path, log: Any = None, grace_s: float
                     stopped.append(line)
                     say(line)
             if repr(starts) != before:
-                record = rundir.read_json_object(path)
+                record = safeinput.read_json_object(path)
                 record["starts"] = starts
-                rundir.write_json_atomic(path, record)
+                atomic.write_json_atomic(path, record)
     return stopped
 
 

@@ -3,6 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import html
+import json
+import math
+import re
+import sys
+from pathlib import Path
 
 from perflib.cli import float_arg, safe_label
 
@@ -130,8 +136,6 @@ def contention_flags(p: argparse.ArgumentParser, what: str) -> None:
 
 
 def _share(text: str) -> float:
-    import math
-
     try:
         value = float(text)
     except ValueError:
@@ -142,8 +146,6 @@ def _share(text: str) -> float:
 
 
 def _load(args: argparse.Namespace):
-    from pathlib import Path
-
     from perflib.campaign import load_campaign
     from perflib.config import replace_data_dir
 
@@ -153,8 +155,6 @@ def _load(args: argparse.Namespace):
 
 
 def validate(args: argparse.Namespace) -> int:
-    import json
-
     from perflib.campaign import load_campaign
     from perflib.config import opening_question
 
@@ -178,9 +178,6 @@ def validate(args: argparse.Namespace) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    import json
-    import sys
-
     from perflib.campaign import GUARD_EXIT, run_campaign
     from perflib.config import parse_only
 
@@ -231,8 +228,6 @@ def run(args: argparse.Namespace) -> int:
 
 
 def report(args: argparse.Namespace) -> int:
-    import json
-
     from perflib import derive, pageinputs
     from perflib.campaign import export_notebook
     from perflib.report import write_report
@@ -260,9 +255,6 @@ def report(args: argparse.Namespace) -> int:
 
 def _plain(markdown: str) -> str:
     """A line of the page as terminal text: no bold, no backslash escapes, no HTML entities."""
-    import html
-    import re
-
     return html.unescape(re.sub(r"\\([\\_*\[\]|`#])", r"\1", markdown.replace("**", "")))
 
 

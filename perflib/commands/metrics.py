@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 
 from perflib.cli import float_arg, int_arg
 
@@ -54,7 +55,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def _read(path: str) -> str:
     """The exposition text of a file the user named: a regular UTF-8 file, else an `InputError`."""
-    from perflib.rundir import read_text
+    from perflib.safeinput import read_text
 
     return read_text(path, "/metrics exposition text") or ""
 
@@ -92,8 +93,6 @@ def format_table(delta: object, before: str = "", after: str = "") -> str:
 
 
 def run_diff(args: argparse.Namespace) -> int:
-    import json
-
     from perflib.errors import InputError
     from perflib.metrics import diff, parse_exposition
 

@@ -4,6 +4,10 @@ GPU backend, the CUPTI injection library, a random-weight model, and a server st
 from __future__ import annotations
 
 import argparse
+import signal
+import sys
+import time
+from pathlib import Path
 
 from perflib.cli import int_arg
 
@@ -114,8 +118,6 @@ def _shape(args: argparse.Namespace) -> dict[str, int]:
 
 
 def _build(args: argparse.Namespace) -> int:
-    from pathlib import Path
-
     from perflib import server
 
     path = server.ensure_llama_server(progress=True, jobs=args.jobs, backend=args.backend, gpu_arch=args.gpu_arch,
@@ -126,8 +128,6 @@ def _build(args: argparse.Namespace) -> int:
 
 
 def _cupti(args: argparse.Namespace) -> int:
-    from pathlib import Path
-
     from perflib import server
 
     path = server.ensure_cupti_library(Path(args.cuda_home) if args.cuda_home else None, sample=args.sample,
@@ -151,11 +151,6 @@ def _model(args: argparse.Namespace) -> int:
 
 
 def _start(args: argparse.Namespace) -> int:
-    import signal
-    import sys
-    import time
-    from pathlib import Path
-
     from perflib import server
     from perflib.errors import Terminated
 

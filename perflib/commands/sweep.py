@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import json
+import sys
+import textwrap
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -46,8 +49,6 @@ def figures_help() -> str:
     lines = ["what it prints, one row per (batch, context): medians over repeats, (min-max) where they",
              "differ; 'runs complete' counts complete repeats and, in brackets, contended ones.",
              "--json: the same figures under their keys (ttft_ms, ...), null where not computed."]
-    import textwrap
-
     for key, header, _ in TABLE_FIGURES:
         lines += textwrap.wrap(FIGURE_MEANING[key], 96, initial_indent=f"  {header:<{width}}  ",
                                subsequent_indent=" " * (width + 4))
@@ -166,9 +167,6 @@ def finite(obj: Any) -> Any:
 
 
 def run(args: argparse.Namespace) -> int:
-    import json
-    import sys
-
     from perflib import load, sweep
 
     level = load.LevelSpec(  # batch, context and repeat come from the matrix, each level its own

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 
 from perflib.cli import float_arg, int_arg
 
@@ -167,8 +168,6 @@ def run_summary(args: argparse.Namespace) -> int:
         steps = int(args.steps) if args.steps.isdigit() else args.steps
     summary = attribution.summarize(trace, window=window, classes=table, steps=steps, top=args.top)
     if args.json:
-        import json
-
         out = summary.to_dict()
         out["path"] = str(args.path)
         out["source"] = trace.source
@@ -182,8 +181,6 @@ def run_summary(args: argparse.Namespace) -> int:
 def run_cut(args: argparse.Namespace) -> int:
     """Read the trace once (lean, with its ids: every dispatch column, memory bounded by the dispatches,
     not by the file), cut every run folder's level window, print what each got."""
-    import json
-
     from perflib.cut import cut_into_runs
     from perflib.traces import ReadMode, read_trace
 

@@ -197,7 +197,7 @@ def _shape(annotation: Any, one_or_many: bool = False) -> _Shape:
 
 
 MAX_NUMBER = 1e15
-"""The largest magnitude of a number key (`perflib.rundir.MAX_NUMBER`); `.nan` and `.inf` are refused."""
+"""The largest magnitude of a number key (`perflib.safeinput.MAX_NUMBER`); `.nan` and `.inf` are refused."""
 MAX_INT = 2 ** 63 - 1
 """Integer keys fit int64, as every table downstream holds them."""
 

@@ -9,6 +9,7 @@ the measurements, the runs.csv columns a gate may name) is checked on top of thi
 
 from __future__ import annotations
 
+import stat
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -66,12 +67,12 @@ def expanded_size(root: Any, limit: int) -> int:
 
 
 def _parse_yaml(path: Path) -> tuple[Any, Lines]:
-    """The document and its line map; the file read as `perflib.rundir.read_text` reads (a FIFO or
+    """The document and its line map; the file read as `perflib.safeinput.read_text` reads (a FIFO or
     device refused, at most `MAX_CAMPAIGN_BYTES`), composed once, its expanded size bounded before
     anything is built from it."""
     import yaml
 
-    from perflib.rundir import read_text
+    from perflib.safeinput import read_text
 
     text = read_text(path, "a campaign YAML file", max_bytes=MAX_CAMPAIGN_BYTES) or ""
     loader = None
@@ -276,8 +277,6 @@ def _check_matrix(campaign: Campaign, path: Path, lines: Lines) -> None:
 def _check_files(campaign: Campaign, path: Path, lines: Lines) -> None:
     """What a campaign names beside it is there: each `compare_with` campaign file and each backend's
     `kernel_classes` (a built-in table, or a YAML file), read only later, when a page is written."""
-    import stat
-
     from perflib.classes import builtin_backends
 
     def regular(file: Path) -> str | None:

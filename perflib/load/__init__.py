@@ -1,8 +1,13 @@
 """Load against an OpenAI-compatible server: streamed requests timed per chunk, in levels.
 
 - `perflib.load.sse`: SSE framing on the byte `\\n`.
-- `perflib.load.stream`: one streamed request on its own connection (`stream_request` of a
-  `RequestSpec`, `RequestRecord`); the definitions of TTFT, ITL and decode tok/s are in its docstring.
+- `perflib.load.stream`: one streamed request on its own connection (`stream_request`); the
+  definitions of TTFT, ITL and decode tok/s are in its docstring.
+- `perflib.load.request`: what a request is (`RequestSpec`, its body and timeouts) and what it measured
+  (`RequestRecord`).
+- `perflib.load.answer`: the server's streamed answer read strictly into a request's state.
+- `perflib.load.transport_raw`, `perflib.load.transport_httpx`: the request's bytes, through a minimal
+  HTTP/1.1 reader (the hot path) or through httpx (https).
 - `perflib.load.spec`: `LevelSpec`, everything one level needs, one typed record through JSON and back.
 - `perflib.load.prompts`: prompts of a target token length, sized with the server's `/tokenize`.
 - `perflib.load.level`: one level, N requests at once with `/metrics` around them (`run_level_async`).
@@ -42,9 +47,7 @@ from perflib.load.prompts import (
     make_prompts,
     prompt_tolerance,
 )
-from perflib.load.spec import GAUGE_INTERVAL_S, LevelSpec, ServerInfo
-from perflib.load.sse import MAX_LINE_BYTES, SSEError, SSESplitter
-from perflib.load.stream import (
+from perflib.load.request import (
     DEFAULT_IDLE_TIMEOUT_S,
     DEFAULT_TIMEOUT_S,
     ENDPOINTS,
@@ -52,8 +55,10 @@ from perflib.load.stream import (
     RequestSpec,
     decode_tok_s,
     request_timeout_for,
-    stream_request,
 )
+from perflib.load.spec import GAUGE_INTERVAL_S, LevelSpec, ServerInfo
+from perflib.load.sse import MAX_LINE_BYTES, SSEError, SSESplitter
+from perflib.load.stream import stream_request
 
 __all__ = [
     "CPU_THRESHOLD", "Contention", "ContentionSampler", "PSI_THRESHOLD", "WAIT_THRESHOLD", "listening_pids",

@@ -2,7 +2,7 @@
 
 llama-server writes each token as its own HTTP/1.1 chunk (`<hex size>\\r\\n data: {...}\\n\\n \\r\\n`),
 and a client that keeps up reads it in one `recv`. `is_token_frame` recognises exactly that read
-with a handful of C-level bytes operations, so that the reader (`perflib.load.stream._SSEResponse`)
+with a handful of C-level bytes operations, so that the reader (`perflib.load.transport_raw.SSEResponse`)
 can count the token chunk at the read's timestamp without undoing the chunked encoding, splitting
 SSE lines or parsing JSON. Anything else (a frame cut across reads, two events in one read, a
 chunk with usage, timings or an error, an empty text, chat chunks) returns False and takes the

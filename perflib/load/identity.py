@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from perflib.load import tls
-from perflib.load.stream import loads_strict
+from perflib.load.answer import loads_strict
 
 MAX_ANSWER_BYTES = 4 * 1024 * 1024
 """The largest `/props` or `/v1/models` answer read; a larger one reads as absent."""

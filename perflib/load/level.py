@@ -22,8 +22,9 @@ from perflib.clocks import monotonic_ns, now_clocks
 from perflib.errors import PerflibError
 from perflib.load import tls
 from perflib.load.prompts import Prompt, ServerUnreachable, make_prompts
+from perflib.load.request import RequestRecord
 from perflib.load.spec import LevelSpec
-from perflib.load.stream import RequestRecord, stream_request
+from perflib.load.stream import stream_request
 
 WARMUP_MAX_TOKENS = 4
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import os
 from typing import Any
 
@@ -38,7 +39,5 @@ def run_sync(coro: Any) -> Any:
         asyncio.get_running_loop()
     except RuntimeError:
         return run_async(coro)
-    import concurrent.futures
-
     with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
         return pool.submit(run_async, coro).result()

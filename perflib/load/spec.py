@@ -6,7 +6,7 @@ timeouts, the contention thresholds, the campaign's labels and what perflib know
 started (`ServerInfo`). It replaces the argument chains that ran from the campaign runner through the
 notebook to the level, and crosses the notebook boundary as one parameter: `collect.ipynb`'s `level`,
 a JSON object (`LevelSpec.from_json(spec.to_json()) == spec`). A request's own record is
-`perflib.load.stream.RequestSpec`.
+`perflib.load.request.RequestSpec`.
 """
 
 from __future__ import annotations
@@ -19,8 +19,9 @@ from typing import Any, Protocol
 
 from perflib.errors import InputError
 from perflib.load.contention import CPU_THRESHOLD, PSI_THRESHOLD, WAIT_THRESHOLD
-from perflib.load.stream import DEFAULT_IDLE_TIMEOUT_S, ENDPOINTS, RequestSpec, request_timeout_for
-from perflib.rundir import describe, run_name, value_problem
+from perflib.load.request import DEFAULT_IDLE_TIMEOUT_S, ENDPOINTS, RequestSpec, request_timeout_for
+from perflib.rundir import run_name
+from perflib.safeinput import describe, value_problem
 
 GAUGE_INTERVAL_S = 0.5
 """Gauge sampling period during a level."""
@@ -86,7 +87,7 @@ FIELDS: dict[str, str] = {
     "gauge_interval": "number", "scrape_metrics": "bool", "campaign": "str?", "arm": "str?", "backend": "str?",
     "server": "dict?",
 }
-"""Each `LevelSpec` field's kind in JSON (`perflib.rundir.VALUE_KINDS`)."""
+"""Each `LevelSpec` field's kind in JSON (`perflib.safeinput.VALUE_KINDS`)."""
 
 SERVER_FIELDS: dict[str, str] = {"flags": "list[str]", "log_path": "str?", "version": "str?", "identity": "dict",
                                  "pid": "int?"}

@@ -32,7 +32,8 @@ from typing import Any
 
 from perflib.errors import PerflibError
 from perflib.load import tls
-from perflib.load.stream import RequestRecord, RequestSpec, stream_request
+from perflib.load.request import RequestRecord, RequestSpec
+from perflib.load.stream import stream_request
 
 READY = b"ready\n"
 GO = b"go\n"

@@ -23,7 +23,7 @@ import pandas as pd
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from perflib import checks, rundir
+from perflib import atomic, checks
 from perflib.config import Campaign
 from perflib.derive import DerivedTables
 from perflib.report.tables import LEVEL_KEYS, floor_table, level_table, trace_level_table
@@ -340,4 +340,4 @@ def png_bytes(fig: Figure) -> bytes:
 
 def save_figure(fig: Figure, path: Path) -> Path:
     """Write `png_bytes(fig)` to `path` atomically (its folder made as needed)."""
-    return rundir.write_atomic(path, png_bytes(fig))
+    return atomic.write_atomic(path, png_bytes(fig))

@@ -8,6 +8,7 @@ table with no rows renders as nothing. `details(summary, body)` wraps a section'
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -71,8 +72,6 @@ class MarkdownText(str):
 def frame_table(frame: pd.DataFrame, digits: int = 3) -> MarkdownText:
     """A DataFrame as a GitHub Markdown table (numbers rounded to `digits` significant decimals, text
     escaped, NaN as n/a, all-n/a columns left out and named below it)."""
-    import math
-
     from perflib.report.text import escape_md
 
     def cell(value: object) -> str:

@@ -22,7 +22,7 @@ from typing import Any
 
 import pandas as pd
 
-from perflib import checks, rundir
+from perflib import atomic, checks, rundir
 from perflib import verdicts as v
 from perflib.config import Campaign
 from perflib.derive import DerivedTables
@@ -366,5 +366,5 @@ def write_report(campaign: Campaign, tables: DerivedTables, inputs: PageInputs, 
         figures[name] = {"path": f"{stem}/{path.name}", "alt": escape_md(plot.alt)}
     text = render(build_page_data(campaign, tables, inputs, date, figures))
     page = reports / f"{stem}.md"
-    rundir.write_atomic(page, text)  # another host may be reading it
+    atomic.write_atomic(page, text)  # another host may be reading it
     return page

@@ -10,6 +10,7 @@ repeats where fewer than all had a value.
 
 from __future__ import annotations
 
+import ast
 from collections.abc import Sequence
 from typing import Any
 
@@ -143,8 +144,6 @@ def _text(value: Any) -> str:
 def _errors(value: Any) -> str:
     """The errors of a run, from a list or from its text as runs.csv holds it (`['a', 'b']`)."""
     if isinstance(value, str) and value.startswith("["):
-        import ast
-
         try:
             value = ast.literal_eval(value)
         except (ValueError, SyntaxError):

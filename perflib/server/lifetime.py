@@ -12,6 +12,7 @@ no `/proc` to read, and `alive` falls back to the pid alone.
 
 from __future__ import annotations
 
+import ctypes
 import os
 import signal
 import threading
@@ -183,8 +184,6 @@ def _prctl() -> Callable[..., int] | None:
     if not PROC.is_dir():
         return None
     try:
-        import ctypes
-
         libc = ctypes.CDLL(None, use_errno=True)
         return libc.prctl
     except (OSError, AttributeError):

@@ -8,6 +8,7 @@ goes through a real tokenizer.
 from __future__ import annotations
 
 import os
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -53,8 +54,6 @@ def _import_gguf() -> None:
     try:
         import gguf  # noqa: F401
     except ImportError:
-        import sys
-
         path = download_source(progress=False) / "gguf-py"
         if not path.is_dir():
             raise PerflibError("writing a GGUF needs the gguf package: pip install gguf, or a llama.cpp source "

@@ -12,7 +12,7 @@ from functools import cached_property
 from pathlib import Path
 
 from perflib.errors import InputError
-from perflib.rundir import not_regular
+from perflib.safeinput import not_regular
 from perflib.traces import files
 
 SQLITE_MAGIC = b"SQLite format 3\x00"

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import math
 from decimal import ROUND_HALF_EVEN, Decimal
+from itertools import compress, repeat
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -242,8 +243,6 @@ def extract_lean(events: list, ids: bool = False) -> dict[str, Any] | None:
     """`extract` of well-formed events at C speed (`map` over `dict.get`), without the columns a lean
     table leaves out (device, stream; `ids`: with them); None where an event or its args is not an
     object, or a `cat` is unhashable: then `extract` does it and names the fault."""
-    from itertools import compress, repeat
-
     get = dict.get
     n = len(events)
     try:

@@ -23,6 +23,7 @@ times stay as exported and `clock` is `unknown`. `meta` says which was done and 
 
 from __future__ import annotations
 
+import re
 import sqlite3
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -156,8 +157,6 @@ def _times_at(rows: list[tuple], path: Path, table: str, offset: int) -> tuple[n
     try:
         return _times(rows, path, table)
     except InputError as exc:
-        import re
-
         where = re.sub(r"row (\d+)", lambda m: f"row {int(m.group(1)) + offset}", str(exc.where or ""), count=1)
         raise InputError(path, where, exc.expected, exc.found) from None
 

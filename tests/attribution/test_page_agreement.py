@@ -11,7 +11,7 @@ import sys
 import pytest
 from support import REPO
 
-from perflib import derive, rundir
+from perflib import derive, rundir, safeinput
 from perflib.config import loader
 
 LEVELS = [
@@ -24,7 +24,7 @@ LEVELS = [
 def records_steps(run_dir) -> int:
     """SERVERS.md §5.2 counted here from requests.jsonl alone: the median, over requests, of the token
     chunks that arrive while every request decodes (last first token, first last token]."""
-    records = [r for r in rundir.read_jsonl(run_dir / rundir.REQUESTS) if r.get("ok")]
+    records = [r for r in safeinput.read_jsonl(run_dir / rundir.REQUESTS) if r.get("ok")]
     lo = max(int(r["first_token_ns"]) for r in records)
     hi = min(int(r["last_token_ns"]) for r in records)
     counts = sorted(sum(1 for t in r["chunk_ns"] if lo < int(t) <= hi) for r in records)

@@ -17,7 +17,7 @@ import pandas as pd
 import pytest
 
 from perflib import campaign as pc
-from perflib import derive, rundir
+from perflib import derive, rundir, safeinput
 from perflib.campaign import records
 from perflib.server import start_llama_server
 
@@ -104,5 +104,5 @@ def test_both_ways_write_the_same_run_folders_and_a_written_notebook_measures_ag
     assert manifest["status"] == "complete" and manifest["base_url"] == handle.base_url
     assert (manifest["campaign"], manifest["arm"], manifest["backend"], manifest["decode_tokens"]) == (
         "paths", "default", "cpu", 8)
-    assert len(rundir.read_jsonl(tmp_path / "again" / "b2_c32_r1" / "requests.jsonl")) == 2
+    assert len(safeinput.read_jsonl(tmp_path / "again" / "b2_c32_r1" / "requests.jsonl")) == 2
     assert manifest["server"]["flags"] is None  # another server than the campaign's: its flags are not known

@@ -23,12 +23,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from support import DATA, time_limit
 
-from perflib import rundir
+from perflib import rundir, safeinput
 from perflib.campaign import load_campaign
 from perflib.config import MAX_RUNS
 from perflib.errors import PerflibError
+from perflib.load.answer import USAGE_FIELDS, StreamState
 from perflib.load.sse import SSEError, SSESplitter
-from perflib.load.stream import USAGE_FIELDS, _StreamState
 from perflib.metrics import parse_exposition
 
 FUZZ = settings.get_profile("perflib-fuzz")
@@ -139,7 +139,7 @@ def test_manifest_and_records_reader(data):
         return
     for name, kind in rundir.MANIFEST_FIELDS.items():
         if name in got:
-            assert rundir.value_problem(got[name], kind) is None, (name, got[name])
+            assert safeinput.value_problem(got[name], kind) is None, (name, got[name])
     for line, rec in enumerate(recs, start=1):
         rundir.check_request(rec, run / rundir.REQUESTS, line)  # its own check passes again
         for name in ("ttft_ms", "e2e_ms", "decode_tok_s"):
@@ -244,10 +244,10 @@ def test_stream_event_checks(value, where):
         event["timings"][where] = value
     else:
         event[where] = value
-    state = _StreamState()
+    state = StreamState()
     state.take(json.dumps(event).encode(), 1)  # never raises: a bad value is the record's error
     assert state.error is None or state.error.startswith(("malformed SSE", "server error"))
     if state.error is None:
         for name, kind in USAGE_FIELDS.items():
-            assert rundir.value_problem((state.usage or {}).get(name), kind) is None
+            assert safeinput.value_problem((state.usage or {}).get(name), kind) is None
         json.dumps({"usage": state.usage, "timings": state.timings}, allow_nan=False)

@@ -16,7 +16,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from perflib import load, rundir, sweep
+from perflib import load, rundir, safeinput, sweep
 from perflib.load import http_client
 
 # ---------------------------------------------------------------------------------------------
@@ -171,7 +171,7 @@ def test_level_with_http_errors_is_incomplete_and_keeps_records(injector, tmp_pa
     url = injector("http500")
     res = sweep.run_level(load.LevelSpec(url, 3, 16, 4, 1, out_dir=tmp_path))
     assert res.status == "incomplete" and not res.skipped
-    records = rundir.read_jsonl(res.run_dir / "requests.jsonl")
+    records = safeinput.read_jsonl(res.run_dir / "requests.jsonl")
     assert len(records) == 3 and all(r["status"] == 500 and not r["ok"] for r in records)
     assert all("boom: out of memory" in r["error"] for r in records)
     manifest = rundir.read_manifest(res.run_dir)

@@ -9,8 +9,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from perflib.load.answer import StreamState
 from perflib.load.frames import is_token_frame
-from perflib.load.stream import _SSEResponse, _StreamState
+from perflib.load.transport_raw import SSEResponse
 
 LLAMA_TOKEN = (b'{"choices":[{"text":" SAP","index":0,"logprobs":null,"finish_reason":null}],"created":1796133768,'
                b'"model":"m.gguf","system_fingerprint":"b11434","object":"text_completion","id":"chatcmpl-x"}')
@@ -23,8 +24,8 @@ def frame(payload: bytes) -> bytes:
     return b"%x\r\n%s\r\n" % (len(event), event)
 
 
-def general(payload: bytes) -> _StreamState:
-    state = _StreamState()
+def general(payload: bytes) -> StreamState:
+    state = StreamState()
     state.take(payload, 7)
     return state
 
@@ -55,11 +56,11 @@ def test_llama_token_frames_take_the_fast_path_and_others_do_not():
     assert not is_token_frame(wrong_size)
 
 
-def _read(reads: list[bytes]) -> _StreamState:
+def _read(reads: list[bytes]) -> StreamState:
     loop = asyncio.new_event_loop()
     try:
-        state = _StreamState()
-        proto = _SSEResponse(state, loop)
+        state = StreamState()
+        proto = SSEResponse(state, loop)
         for data in reads:
             proto.data_received(data)
         return state

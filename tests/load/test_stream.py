@@ -9,7 +9,7 @@ import pytest
 
 from perflib import load
 from perflib.load import http_client
-from perflib.load.stream import _StreamState, _token_text
+from perflib.load.answer import StreamState, token_text
 
 SEPARATORS = "\u2028\u2029\u0085"
 
@@ -22,7 +22,7 @@ def _event(text: str) -> bytes:
 
 
 def test_stream_state_flags_non_json_data_line():
-    state = _StreamState()
+    state = StreamState()
     state.take(b'{"choices":[{"text":"hi"}]}', 1)
     state.take(b"{not json", 2)
     assert state.chunk_ns == [1]
@@ -30,7 +30,7 @@ def test_stream_state_flags_non_json_data_line():
 
 
 def test_token_carrying_chunks_follow_loadgen_definition():
-    state = _StreamState()
+    state = StreamState()
     state.take(b'{"choices":[{"delta":{"role":"assistant","content":null}}]}', 10)  # chat role chunk
     state.take(b'{"choices":[{"delta":{"content":"x"}}]}', 20)
     state.take(b'{"choices":[{"delta":{"reasoning_content":"y"}}]}', 30)
@@ -129,9 +129,9 @@ def test_decode_tok_s_definition():
     (b'{"choices":[{"text":"say \\"usage\\": no","index":0}],"id":"c"}', True),
 ])
 def test_fast_path_agrees_with_full_parse(payload, is_token):
-    fast = _StreamState()
+    fast = StreamState()
     fast.take(payload, 7)
     obj = json.loads(payload)
-    assert _token_text(obj["choices"]) == is_token  # the reference definition
+    assert token_text(obj["choices"]) == is_token  # the reference definition
     assert fast.chunk_ns == ([7] if is_token else [])
     assert fast.usage == obj.get("usage") and fast.error is None

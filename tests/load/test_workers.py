@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from perflib import load, rundir, sweep
+from perflib import load, rundir, safeinput, sweep
 from perflib.load import workers
 from perflib.server import start_llama_server
 
@@ -38,7 +38,7 @@ def test_two_workers_give_every_record_in_one_file_on_one_clock(llama_server_bin
     manifest = rundir.read_manifest(run)
     assert manifest["workers"] == 2
     assert sorted(p.name for p in run.glob("*.jsonl")) == ["gauges.jsonl", "requests.jsonl", "warmup.jsonl"]
-    records = rundir.read_jsonl(run / "requests.jsonl")
+    records = safeinput.read_jsonl(run / "requests.jsonl")
     assert sorted(r["request_id"] for r in records) == [f"{run.name}-{i}" for i in range(batch)]
     start, end = manifest["clocks"]["start"]["monotonic_ns"], manifest["clocks"]["end"]["monotonic_ns"]
     for rec in records:

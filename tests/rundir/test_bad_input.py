@@ -132,16 +132,6 @@ def test_fifo_where_a_manifest_is_meant_is_refused_without_blocking(tmp_path):
         rundir.read_requests(run / rundir.REQUESTS)
 
 
-def test_device_and_directory_where_a_file_is_meant_are_refused(tmp_path):
-    with pytest.raises(InputError, match="found a character device"):
-        rundir.read_text("/dev/zero", "exposition text")
-    with pytest.raises(InputError, match="found a directory"):
-        rundir.read_text(tmp_path, "exposition text")
-    (tmp_path / "latin1.txt").write_bytes(b"ok\n\xe9t\xe9\n")
-    with pytest.raises(InputError, match=r"latin1.txt:line 2: expected UTF-8 text"):
-        rundir.read_text(tmp_path / "latin1.txt", "exposition text")
-
-
 @pytest.mark.parametrize("name", ["..", ".", "../..", "a/b", "/abs", "", ".hidden", "-flag", "a\nb", "x" * 200])
 def test_names_that_would_escape_their_folder_are_refused(tmp_path, name):
     assert rundir.name_problem(name) is not None

@@ -1,4 +1,4 @@
-"""Run folders: names, atomic manifests, folders moved aside, JSON Lines that survive a crash."""
+"""Run folders: names, atomic manifests, folders moved aside, the server start that served a run."""
 
 from __future__ import annotations
 
@@ -31,18 +31,6 @@ def test_move_aside_numbers_folders(tmp_path):
     second = rundir.move_aside(run)
     assert (first.name, second.name) == ("b1_c8_r1.incomplete-1", "b1_c8_r1.incomplete-2")
     assert not run.exists()
-
-
-def test_jsonl_append_and_torn_last_line(tmp_path):
-    path = tmp_path / "requests.jsonl"
-    rundir.append_jsonl(path, {"a": 1})
-    rundir.append_jsonl(path, {"a": 2})
-    with open(path, "a") as handle:
-        handle.write('{"a": 3, "b"')  # a crash in the middle of a line
-    assert rundir.read_jsonl(path) == [{"a": 1}, {"a": 2}]
-    path.write_text('{"a": 1}\nnot json\n{"a": 3}\n')
-    with pytest.raises(InputError, match=r"requests.jsonl:2:1: expected one JSON object per line"):
-        rundir.read_jsonl(path)
 
 
 def test_the_server_start_that_served_a_run_is_the_last_one_naming_it(tmp_path):

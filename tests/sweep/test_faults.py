@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from perflib import load, rundir, runs, sweep
+from perflib import load, rundir, runs, safeinput, sweep
 from perflib.cli import main as cli_main
 from perflib.commands.sweep import format_level_table
 from perflib.server import free_port, start_llama_server
@@ -47,7 +47,7 @@ def test_metrics_off_level_runs_but_is_incomplete(llama_server_binary, tiny_mode
                             binary=llama_server_binary, log_path=tmp_path / "server.log") as handle:
         res = sweep.run_level(load.LevelSpec(handle.base_url, 2, 64, 24, 1, out_dir=tmp_path / "out",
                                              server=load.ServerInfo.of(handle)))
-    records = rundir.read_jsonl(res.run_dir / "requests.jsonl")
+    records = safeinput.read_jsonl(res.run_dir / "requests.jsonl")
     assert len(records) == 2 and all(r["ok"] and r["completion_tokens"] == 24 for r in records)
     manifest = rundir.read_manifest(res.run_dir)
     # Decision (documented in perflib.sweep.run_level): the client records are kept, but without
@@ -89,7 +89,7 @@ def test_server_killed_mid_level_keeps_records_and_rerun_remeasures(llama_server
         handle.kill()
     assert not worker.is_alive() and results
     res = results[0]
-    records = rundir.read_jsonl(requests_file)
+    records = safeinput.read_jsonl(requests_file)
     assert len(records) == 4
     finished = [r for r in records if r["ok"]]
     failed = [r for r in records if not r["ok"]]
@@ -108,9 +108,9 @@ def test_server_killed_mid_level_keeps_records_and_rerun_remeasures(llama_server
         again = sweep.run_level(load.LevelSpec(fresh.base_url, 4, 64, 16, 1, out_dir=out, server=load.ServerInfo.of(fresh)))
     assert again.status == "complete", again.errors
     assert again.moved_aside == out / "b4_c64_r1.incomplete-1"
-    kept = rundir.read_jsonl(Path(again.moved_aside) / "requests.jsonl")
+    kept = safeinput.read_jsonl(Path(again.moved_aside) / "requests.jsonl")
     assert [r["request_id"] for r in kept] == [r["request_id"] for r in records]
-    assert len(rundir.read_jsonl(again.run_dir / "requests.jsonl")) == 4
+    assert len(safeinput.read_jsonl(again.run_dir / "requests.jsonl")) == 4
     # and a complete run is never re-measured
     skipped = sweep.run_level(load.LevelSpec("http://127.0.0.1:9", 4, 64, 16, 1, out_dir=out))
     assert skipped.skipped and skipped.status == "complete"

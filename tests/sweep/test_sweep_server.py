@@ -15,7 +15,7 @@ import json
 
 import pytest
 
-from perflib import load, rundir
+from perflib import load, rundir, safeinput
 from perflib.cli import main as cli_main
 
 pytestmark = pytest.mark.server
@@ -47,7 +47,7 @@ def swept(llama_server_binary, tiny_model, tmp_path_factory):
 
 
 def _records(out, batch, context, repeat=1):
-    return rundir.read_jsonl(rundir.run_dir(out, batch, context, repeat) / "requests.jsonl")
+    return safeinput.read_jsonl(rundir.run_dir(out, batch, context, repeat) / "requests.jsonl")
 
 
 def test_every_run_complete_with_full_decodes_and_measured_prompts(swept):
@@ -190,7 +190,7 @@ def test_chat_endpoint_prompt_size_includes_template(llama_server_binary, tiny_m
         res = sweep.run_level(load.LevelSpec(handle.base_url, 2, 300, 16, 1, out_dir=tmp_path / "out", endpoint="chat",
                                              server=load.ServerInfo.of(handle)))
     assert res.status == "complete", res.errors
-    for rec in rundir.read_jsonl(res.run_dir / "requests.jsonl"):
+    for rec in safeinput.read_jsonl(res.run_dir / "requests.jsonl"):
         assert rec["ok"] and rec["completion_tokens"] == 16
         # measured through /apply-template + /tokenize: header tokens and BOS included
         assert rec["prompt_tokens"] == rec["usage_prompt_tokens"]

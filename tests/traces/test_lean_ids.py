@@ -146,12 +146,12 @@ def test_parquet_cut_same_table(tmp_path: Path) -> None:
 
 def _runs(root: Path, windows: list[tuple[int, int]]) -> Path:
     """Sweep run folders whose manifests hold level clocks on the monotonic clock."""
-    from perflib import rundir
+    from perflib import atomic, rundir
 
     for i, (start, end) in enumerate(windows, start=1):
         d = root / f"b{i}_c128_r1"
         d.mkdir(parents=True)
-        rundir.write_json_atomic(d / rundir.MANIFEST, {
+        atomic.write_json_atomic(d / rundir.MANIFEST, {
             "batch": i, "context": 128, "repeat": 1,
             "clocks": {"start": {"monotonic_ns": start, "realtime_ns": start}, "end": {"monotonic_ns": end,
                                                                                        "realtime_ns": end}}})

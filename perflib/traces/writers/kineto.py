@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 import json
 from pathlib import Path
 
@@ -51,8 +52,6 @@ def write_kineto_json(dispatches: pd.DataFrame, path: str | Path, base_time_ns: 
     text = json.dumps(head)[:-1] + ', "traceEvents": [\n' + ",\n".join(events) + "\n]}"
     path = Path(path)
     if path.name.endswith(".gz"):
-        import gzip
-
         path.write_bytes(gzip.compress(text.encode(), compresslevel=3))
     else:
         path.write_text(text)

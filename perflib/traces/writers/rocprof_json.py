@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 import json
 from pathlib import Path
 from typing import Any
@@ -161,8 +162,6 @@ def write_rocprof_json(dispatches: pd.DataFrame, path: str | Path, pid: int = 1,
     path = Path(path)
     pieces = _text([_process(dispatches, pid, api, markers)], indent)
     if path.name.endswith(".gz"):
-        import gzip
-
         with gzip.open(path, "wt", compresslevel=3, encoding="utf-8") as out:
             out.writelines(pieces)
     else:

@@ -13,7 +13,7 @@ from faultkit import arm_dir_of, write_campaign
 from support import DATA
 
 from perflib import campaign as pc
-from perflib import metrics, rundir
+from perflib import metrics, rundir, safeinput
 from perflib.cli import main
 from perflib.commands.sweep import format_level_table
 
@@ -77,7 +77,7 @@ def test_a_run_whose_counters_reset_or_are_nan_is_measured_again(tmp_path, mode,
     assert said in error and "measured again on the next run" in error
     run_dir = arm_dir_of(campaign.path) / "b1_c16_r1"
     manifest = rundir.read_manifest(run_dir)
-    assert manifest["status"] == "incomplete" and len(rundir.read_jsonl(run_dir / "requests.jsonl")) == 1
+    assert manifest["status"] == "incomplete" and len(safeinput.read_jsonl(run_dir / "requests.jsonl")) == 1
     page = result.page.read_text()
     assert "Not exported by the server's /metrics" not in page
     again = pc.run_campaign(campaign, progress=False, write_page=False, contention_threshold=None)

@@ -15,8 +15,8 @@ import pytest
 from faultkit import arm_dir_of, server_record, standin_program, write_campaign
 from support import REPO
 
+from perflib import atomic, rundir
 from perflib import campaign as pc
-from perflib import rundir
 
 BIND = "main: loading model|error: bind: Address already in use|main: exiting due to HTTP server error"
 
@@ -85,16 +85,16 @@ def test_a_cut_stopped_half_way_is_done_again_from_the_capture_on_disk(tmp_path)
 FULL_DISK = """
 import resource, signal, sys
 from pathlib import Path
-from perflib import rundir
+from perflib import atomic
 signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # past the limit a write fails with EFBIG, as ENOSPC on a full disk
 resource.setrlimit(resource.RLIMIT_FSIZE, (4096, 4096))
 target = Path(sys.argv[1])
 try:
-    rundir.write_atomic(target, "x" * 100_000)
+    atomic.write_atomic(target, "x" * 100_000)
 except OSError as exc:
     print(exc.errno, exc.filename)
 try:
-    rundir.append_jsonl(target.with_name("requests.jsonl"), {"x": "y" * 100_000})
+    atomic.append_jsonl(target.with_name("requests.jsonl"), {"x": "y" * 100_000})
 except OSError as exc:
     print(exc.errno, exc.filename)
 """
@@ -112,7 +112,7 @@ def test_a_full_disk_names_the_file_it_could_not_write(tmp_path):
 @pytest.mark.skipif(not os.path.exists("/dev/full"), reason="no /dev/full")
 def test_a_write_to_a_full_device_names_it():
     with pytest.raises(OSError) as raised:
-        rundir.append_jsonl("/dev/full", {"x": 1})
+        atomic.append_jsonl("/dev/full", {"x": 1})
     assert raised.value.errno == errno.ENOSPC and raised.value.filename == "/dev/full"
     assert "No space left on device: '/dev/full'" in str(raised.value)
     assert json.dumps({"x": 1})  # the record itself was fine
