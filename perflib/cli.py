@@ -47,7 +47,7 @@ def float_arg(low: float | None = None, *, above: bool = False, high: float | No
 def safe_label(text: str) -> str:
     """An argparse `type` for a name that becomes part of a file name (a page's `--date`): the run
     folder's own rule (`perflib.rundir.SAFE_NAME`), so `../../x` never reaches a path."""
-    from perflib.rundir import SAFE_NAME, name_problem
+    from perflib.rundir import SAFE_NAME, name_problem  # late: `--help` skips its 35 ms (-X importtime)
 
     problem = name_problem(text)
     if problem is not None:

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any, Union
 
 from perflib.errors import InputError
+from perflib.rundir import SAFE_NAME, name_problem
 
 
 @dataclass(frozen=True)
@@ -82,8 +83,6 @@ def optional_positive(value: Any) -> str | None:
 
 def safe_name(value: Any) -> str | None:
     """A check: a name that becomes a folder or file name (`perflib.rundir.SAFE_NAME`): no `..`, no `/`."""
-    from perflib.rundir import SAFE_NAME, name_problem
-
     return None if name_problem(value) is None else SAFE_NAME
 
 
