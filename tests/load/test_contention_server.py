@@ -78,8 +78,13 @@ def test_burners_around_a_short_real_run_mark_it_contended(tmp_path, llama_serve
     quietest = min(quiet, key=lambda s: s["signals"]["wait_per_cpu"])
     base = quietest["signals"]["wait_per_cpu"]
     assert base <= load.WAIT_THRESHOLD, quiet  # the quietest quiet run is below the threshold...
-    # ... and judged quiet, unless other processes really used the CPUs then (the record names them)
-    assert not quietest["contended"] or quietest["foreign_cpu_share"] > quietest["threshold"], quietest
+    # ... and judged quiet, unless the machine-wide signals saw other work then: other processes' CPU
+    # share, the hypervisor's steal, or PSI (which counts every task on the machine, not ours alone)
+    psi = (quietest["signals"] or {}).get("psi_some_share")
+    machine_busy = (quietest["foreign_cpu_share"] > quietest["threshold"]
+                    or (quietest["steal_share"] or 0) > quietest["steal_threshold"]
+                    or (psi is not None and psi > quietest["psi_threshold"]))
+    assert not quietest["contended"] or machine_busy, quietest
     for seen in loaded:  # every run beside the burners is marked contended, and says by which figure
         assert seen["contended"] and seen["why"].startswith("contended: "), json.dumps(seen)
         # the burners' effect on the kernel's count: several times the quiet figure, run by run
