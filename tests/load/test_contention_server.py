@@ -8,7 +8,9 @@ client, each in its own session, bounded in time, killed by pid and checked gone
 every run beside the burners is marked contended, and the burners' effect on the run-queue wait per
 CPU second of the server's and client's threads is several times the quietest quiet run's, run by
 run (the median one over the threshold). Background load on a shared or CI machine can spoil one
-quiet run; the quietest of three is the baseline, and it must be judged quiet.
+quiet run; the quietest of three is the baseline, and it must be judged quiet (the quiet round is
+measured again, up to three times, while other jobs spoil it; only if they spoil all three may it be
+contended, and then by a machine-wide signal that saw them).
 """
 
 from __future__ import annotations
@@ -54,7 +56,11 @@ def test_burners_around_a_short_real_run_mark_it_contended(tmp_path, llama_serve
                                       model=tiny_model, binary=llama_server_binary, threads=1)
     burners: list[subprocess.Popen] = []
     try:
-        quiet = sweep(handle.base_url, tmp_path / "quiet", repeats=3)
+        quiet: list[dict] = []
+        for attempt in range(3):  # a shared machine's other jobs can spoil a round: measure again, as the runner does
+            quiet += sweep(handle.base_url, tmp_path / f"quiet-{attempt}", repeats=3)
+            if not min(quiet, key=lambda s: s["signals"]["wait_per_cpu"])["contended"]:
+                break
         # each in its own session, as jobs started from other terminals are: Linux's autogroup
         # scheduler shares the CPUs between sessions first, so burners in pytest's own session would
         # take the CPU from the client (also in it) more than from the server (in its own session)
