@@ -19,9 +19,11 @@ $(VENV)/.installed: pyproject.toml
 # Main job: build (or reuse) llama-server, start it, run the demo campaign, write the results page.
 # Every `make demo` measures afresh into its own dated folder: a page never shows old numbers as new.
 DEMO_DATA ?= data/demo/$(shell date -u +%Y-%m-%dT%H%M%SZ)
+# More options for the demo's `perflib campaign run`, e.g. DEMO_ARGS=--no-contention (see its --help).
+DEMO_ARGS ?=
 demo: install
 	@echo "perflib demo: measuring afresh into $(DEMO_DATA) (rebuild its page: perflib campaign report campaigns/demo.yaml --data $(DEMO_DATA))"
-	$(VENV)/bin/perflib campaign run campaigns/demo.yaml --data $(DEMO_DATA)
+	$(VENV)/bin/perflib campaign run campaigns/demo.yaml --data $(DEMO_DATA) $(DEMO_ARGS)
 
 lint: install
 	$(VENV)/bin/ruff check perflib tests benchmarks scripts

@@ -29,6 +29,7 @@ import contextlib
 import datetime as dt
 import json
 import os
+import re
 import resource
 import shutil
 import signal
@@ -96,7 +97,7 @@ def one_case(load: str, cases: list[str], n_burners: int, keep_log: Path, demo_c
             if "demo" in cases and steps["install"]["exit"] == 0:
                 demo_env = {**env, "PERFLIB_CACHE": str(demo_cache or default_cache())}
                 steps["demo"] = timed(["make", "demo"], clone, demo_env, keep_log, 3600)
-                steps["demo"]["runs"] = demo_summary(keep_log)
+                steps["demo"]["summary"] = demo_summary(keep_log)
             result["loadavg_1min_at_end"] = round(os.getloadavg()[0], 2)
     finally:
         shutil.rmtree(work, ignore_errors=True)
@@ -111,8 +112,9 @@ def default_cache() -> Path:
 def demo_summary(log: Path) -> str:
     """The demo's own summary line (`campaign demo: N runs measured, ...`) and its contention line, from the
     end of the log, so the JSON says what the timed run did."""
-    lines = log.read_text(errors="replace").splitlines()[-200:]
-    return "; ".join(ln.strip() for ln in lines if ln.startswith(("campaign demo:", "contention:")))
+    text = log.read_text(errors="replace").replace("\r", "\n")  # tqdm redraws its bar with carriage returns
+    lines = text.splitlines()[-200:]
+    return "; ".join(ln.strip() for ln in lines if re.match(r"campaign demo: \d+ runs measured|contention:", ln))
 
 
 def main(argv: list[str] | None = None) -> int:

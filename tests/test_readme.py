@@ -464,6 +464,22 @@ def test_the_opening_quotes_the_first_run_as_measured():
     assert as_printed(runs["loaded"]["build"]["wall_s"] / 60, build[2])
 
 
+def test_the_opening_quotes_the_demo_as_measured():
+    """The README's 'after that' demo figures, quiet and loaded, and the loaded wait and contended runs,
+    are results-demo_run.json's."""
+    text = " ".join(README.read_text(encoding="utf-8").split())
+    runs = {r["load"]: r["steps"]["demo"] for r in load("results-demo_run.json")["runs"]}
+    said = re.search(r"`make demo` took (\d+) s quiet and (\d+) s beside two CPU burners .*? loaded, (\d+) s of it "
+                     r"were the runner's bounded wait for quiet CPUs, after which it measured anyway and marked "
+                     r"all (\d+) runs contended", text)
+    assert said, "the opening's demo sentence is not where this test looks"
+    assert as_printed(runs["quiet"]["wall_s"], said[1]) and as_printed(runs["loaded"]["wall_s"], said[2])
+    summary = runs["loaded"]["summary"]
+    assert f"waited {said[3]} s in all for quiet CPUs" in summary, summary
+    assert f"{said[4]} runs kept marked contended" in summary and f"{said[4]} runs measured" in summary, summary
+    assert all(r["exit"] == 0 for r in runs.values())
+
+
 @pytest.mark.parametrize(("value", "printed", "ok"), [(1.2637, "1.26", True), (1.2651, "1.26", False),
                                                       (401.95, "402", True), (0.5892, "0.59", True),
                                                       (-1.68, "-1.7", True), (53.96, "54.0", True),
