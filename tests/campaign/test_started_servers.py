@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from faultkit import server_record
+from faultkit import server_record, wait_for
 from support import REPO
 
 from perflib import campaign as pc
@@ -76,16 +76,6 @@ def signal_state(pid: int, sig: int = signal.SIGINT) -> str:
     return "; ".join(lines)
 
 
-def wait_for(predicate, timeout: float = 120.0, what: str = "condition"):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.02)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
 def standin(tmp_path: Path, name: str) -> Path:
     """An executable that runs the stand-in `name` with this interpreter (its own shebang would not)."""
     path = tmp_path / name.removesuffix(".py")
@@ -136,8 +126,8 @@ def test_a_server_killed_during_an_arm_is_started_again_and_the_run_it_killed_ke
     arm_dir = tmp_path / "data" / "raw" / "started" / "default" / "cpu"
     proc = runner(path, "--no-report")
     try:
-        pid = wait_for(lambda: server_record(arm_dir).get("starts", [{}])[0].get("pid"), what="the server's pid")
-        wait_for(lambda: (arm_dir / "b1_c32_r1" / "warmup.jsonl").exists(), what="the first run to start")
+        pid = wait_for(lambda: server_record(arm_dir).get("starts", [{}])[0].get("pid"), timeout=120, what="the server's pid")
+        wait_for(lambda: (arm_dir / "b1_c32_r1" / "warmup.jsonl").exists(), timeout=120, what="the first run to start")
         os.kill(pid, signal.SIGKILL)
         out, err = proc.communicate(timeout=300)
     finally:
@@ -171,8 +161,8 @@ def test_ctrl_c_stops_the_server_and_keeps_the_run_in_progress_as_incomplete(tmp
     arm_dir = tmp_path / "data" / "raw" / "started" / "default" / "cpu"
     proc = runner(path)
     try:
-        pid = wait_for(lambda: server_record(arm_dir).get("starts", [{}])[0].get("pid"), what="the server's pid")
-        wait_for(lambda: (arm_dir / "b1_c32_r1" / "warmup.jsonl").exists(), what="the first run to start")
+        pid = wait_for(lambda: server_record(arm_dir).get("starts", [{}])[0].get("pid"), timeout=120, what="the server's pid")
+        wait_for(lambda: (arm_dir / "b1_c32_r1" / "warmup.jsonl").exists(), timeout=120, what="the first run to start")
         before = signal_state(proc.pid, sig)
         os.killpg(proc.pid, sig)  # SIGINT: what Ctrl-C at the terminal sends to the foreground group
         time.sleep(0.05)
