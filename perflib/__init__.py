@@ -14,7 +14,7 @@ __all__ = ["__version__", "open_campaign"]
 def __getattr__(name: str):
     """`perflib.open_campaign` without importing pandas at `import perflib`."""
     if name == "open_campaign":
-        from perflib.explore import open_campaign
+        from perflib.explore import open_campaign  # late: pandas and the page; `import perflib` stays light
 
         return open_campaign
     raise AttributeError(f"module 'perflib' has no attribute {name!r}")

@@ -14,8 +14,9 @@ from perflib.errors import PerflibError, Terminated
 from perflib.version import __version__
 
 # Each module in perflib.commands has `register(subparsers)` that adds its parser and sets
-# `func(args) -> int`. Command modules import only the standard library and `perflib.cli` at the top,
-# so `perflib --help` and `perflib trace summary` start without loading pandas or httpx.
+# `func(args) -> int`. Command modules import at the top only the standard library, `perflib.cli`,
+# `perflib.errors` and (`metrics`, whose help lists the figures) the light `perflib.metrics`; a command's
+# subsystem loads when it runs, so `perflib --help` and `perflib trace summary` start without pandas or httpx.
 COMMANDS = ("server", "sweep", "metrics", "trace", "campaign")
 
 

@@ -53,7 +53,7 @@ class KernelSession:
 
     def manager(self, cwd: str) -> Any:
         """The kernel manager for a notebook run in `cwd`: this session's, if its kernel lives there."""
-        from jupyter_core.utils import run_sync
+        from jupyter_core.utils import run_sync  # the notebooks extra: only with --papermill
 
         if self.km is not None and self.km.has_kernel and (self.cwd != cwd or not run_sync(self.km.is_alive)()):
             self.close()
@@ -65,7 +65,7 @@ class KernelSession:
 
     def close(self) -> None:
         """Shut the kernel down now; the next notebook starts a new one."""
-        from jupyter_core.utils import run_sync
+        from jupyter_core.utils import run_sync  # the notebooks extra: only with --papermill
 
         km, kc, self.km, self.kc, self.cwd = self.km, self.kc, None, None, None
         if kc is not None:
@@ -101,7 +101,7 @@ def quiet_kernel_manager() -> type:
     has nothing to interrupt, so the shutdown request alone is sent; a kernel still busy at Ctrl-C is
     stopped by the manager's own timeout and kill.
     """
-    from jupyter_client.manager import AsyncKernelManager
+    from jupyter_client.manager import AsyncKernelManager  # the notebooks extra: only with --papermill
 
     class QuietShutdownKernelManager(AsyncKernelManager):
         async def _async_interrupt_kernel(self) -> None:
@@ -139,6 +139,7 @@ def _register() -> None:
     global _registered
     if _registered:
         return
+    # papermill is the notebooks extra, needed only with --papermill (2 s to import)
     from papermill.clientwrap import PapermillNotebookClient
     from papermill.engines import NBClientEngine, papermill_engines
     from papermill.log import logger

@@ -20,16 +20,16 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from perflib import derive, sweep
 from perflib.campaign import kernels
 from perflib.campaign.validate import load_campaign
 from perflib.config import Campaign, RunSpec
 from perflib.errors import PerflibError
 from perflib.load import LevelSpec
+from perflib.sweep import LevelResult
 
-if TYPE_CHECKING:  # imported where used: the trace readers and attribution only where a trace is profiled
+if TYPE_CHECKING:
     import pandas as pd
-
-    from perflib.sweep import LevelResult
 
 
 def _notebooks_dir() -> Path:
@@ -46,8 +46,6 @@ NOTEBOOKS = _notebooks_dir()
 def measure(level: LevelSpec) -> tuple[LevelResult, str | None]:
     """Measure one run into its folder (`perflib.sweep.run_level`); the result, and the error where the
     run is not complete (a server that does not answer leaves an incomplete manifest naming the URL)."""
-    from perflib import sweep
-
     result = sweep.run_level(level)
     if result.status == "complete":
         return result, None
@@ -89,7 +87,7 @@ def find_kernel() -> str:
     venv's python resolves to the same base interpreter but imports that venv's perflib, so a path
     counts only from the same folder.
     """
-    from jupyter_client.kernelspec import KernelSpecManager
+    from jupyter_client.kernelspec import KernelSpecManager  # the notebooks extra: only with --papermill
 
     specs = KernelSpecManager().get_all_specs()
     exe = Path(sys.executable)
@@ -133,7 +131,7 @@ def without_iri_grammars() -> None:
 def import_papermill() -> Any:
     """papermill, imported without jsonschema's IRI grammars (`without_iri_grammars`)."""
     without_iri_grammars()
-    import papermill
+    import papermill  # the notebooks extra, 2 s: only with --papermill
 
     return papermill
 
@@ -144,7 +142,7 @@ def execute_notebook(notebook: Path, output: Path, parameters: dict, kernel_name
     Inside `perflib.campaign.kernels.kernel_session` the notebook runs in the session's kernel
     instead of a fresh one; the executed notebook is the same either way."""
     papermill = import_papermill()
-    from papermill.exceptions import PapermillExecutionError
+    from papermill.exceptions import PapermillExecutionError  # loaded just above, by import_papermill
 
     output.parent.mkdir(parents=True, exist_ok=True)
     env = _kernel_env()
@@ -177,8 +175,6 @@ def profile_run(campaign_file: str | Path, arm: str, backend: str, batch: int, c
                 data_dir: str | Path | None = None) -> dict[str, pd.DataFrame]:
     """Attribute one run's trace, windowed to its level (`perflib.derive.run_tables`): its tables are kept
     in `data/derived/<campaign>/runs/<arm>/<backend>/<run>/`, where the page takes them from."""
-    from perflib import derive
-
     campaign = load_campaign(campaign_file)
     if data_dir is not None:
         campaign = replace(campaign, data_dir=Path(data_dir))

@@ -23,8 +23,9 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from perflib import load, rundir
+from perflib import derive, load, rundir
 from perflib.campaign import claims, kernels, records
+from perflib.campaign.captures import collect_segment, recut_pending
 from perflib.campaign.contention import WAIT_BUDGET_S, CpuContention
 from perflib.campaign.guard import GpuGuard
 from perflib.campaign.interrupts import CtrlC
@@ -123,7 +124,7 @@ def run_campaign(campaign: Campaign, data_dir: Path | None = None, reports_dir: 
     the run is contended (`perflib.load.contention`); None samples nothing. A contended run is redone
     (`perflib.campaign.contention`: at most `contention_wait_s` of waiting for quiet CPUs over the
     campaign) and at last kept, marked contended."""
-    from tqdm import tqdm
+    from tqdm import tqdm  # late: 8 ms (measured) that validate, report and open_campaign skip
 
     if papermill:
         without_iri_grammars()
@@ -175,7 +176,7 @@ def run_campaign(campaign: Campaign, data_dir: Path | None = None, reports_dir: 
         state.bar.close()
     tables, page = None, None
     if write_page:
-        from perflib import derive, pageinputs, report  # pandas, matplotlib, jinja2: only for the page
+        from perflib import pageinputs, report  # matplotlib, jinja2: only for the page
 
         tables = derive.build_and_write(campaign, data)
         page = report.write_report(campaign, tables, pageinputs.build_and_write(campaign, data, reports_dir))
@@ -228,7 +229,7 @@ def _guessed(tables: Any) -> tuple[str, ...]:
 def _say(message: str) -> None:
     """A line on stderr whatever the progress setting: what the user must know (a group skipped, an
     orphaned server stopped)."""
-    from tqdm import tqdm
+    from tqdm import tqdm  # late: see run_campaign
 
     tqdm.write(f"perflib: {message}", file=sys.stderr)
 
@@ -237,8 +238,6 @@ def _finish_complete(campaign: Campaign, data: Path, complete: list[RunSpec], ho
     """What complete runs still lack, with no server: the cut of a capture that a stopped runner left
     half-done (`perflib.campaign.captures.recut_pending`), then the profile of a trace never attributed."""
     if any(campaign.profiler(r.arm, r.backend).kind in ("rocprofv3", "cupti", "nsys") for r in complete):
-        from perflib.campaign.captures import recut_pending
-
         state.failed.extend(recut_pending(campaign, data, log=_say))
     for run in complete:
         if _traced(campaign, run) and _needs_profile(run.run_dir(data)):
@@ -248,7 +247,7 @@ def _finish_complete(campaign: Campaign, data: Path, complete: list[RunSpec], ho
 
 
 def _logger(progress: bool) -> Any:
-    from tqdm import tqdm
+    from tqdm import tqdm  # late: see run_campaign
 
     def log(message: str) -> None:
         if progress:
@@ -396,8 +395,6 @@ def _collect(campaign: Campaign, served: ServedArm, measured: list[RunSpec], dat
     once, into the per-run tables the page reads."""
     if served.profiler.kind == "none" or not measured:
         return
-    from perflib.campaign.captures import collect_segment  # the trace readers: only where a profiler ran
-
     keep = served.profiler.keep_repeats
     for segment in served.segments:
         if segment.capture is not None and segment.runs and segment.capture.kind != "torch":
@@ -495,8 +492,6 @@ def _profile(campaign: Campaign, run: RunSpec, data: Path, how: _How) -> str | N
         return execute_notebook(how.notebooks / "profile.ipynb", run_dir / "profile.ipynb", {
             "campaign_file": str(campaign.path), "arm": run.arm, "backend": run.backend, "batch": run.batch,
             "context": run.context, "repeat": run.repeat, "data_dir": str(data)}, how.kernel, cwd=run_dir)
-    from perflib import derive  # pandas and the trace readers: only where a trace is attributed
-
     tables = None
     try:
         tables = derive.run_tables(replace(campaign, data_dir=data), run)

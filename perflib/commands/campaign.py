@@ -146,6 +146,7 @@ def _share(text: str) -> float:
 
 
 def _load(args: argparse.Namespace):
+    # late: the campaign and its config (pandas, 0.6 s) load when a command runs, not at `perflib --help`
     from perflib.campaign import load_campaign
     from perflib.config import replace_data_dir
 
@@ -155,6 +156,7 @@ def _load(args: argparse.Namespace):
 
 
 def validate(args: argparse.Namespace) -> int:
+    # late: the campaign and its config (pandas, 0.6 s) load when a command runs, not at `perflib --help`
     from perflib.campaign import load_campaign
     from perflib.config import opening_question
 
@@ -178,6 +180,7 @@ def validate(args: argparse.Namespace) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
+    # late: the campaign and its config (pandas, 0.6 s) load when a command runs, not at `perflib --help`
     from perflib.campaign import GUARD_EXIT, run_campaign
     from perflib.config import parse_only
 
@@ -228,6 +231,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def report(args: argparse.Namespace) -> int:
+    # late: the tables and the page (pandas, matplotlib, jinja2) load when it runs, not at `perflib --help`
     from perflib import derive, pageinputs
     from perflib.campaign import export_notebook
     from perflib.report import write_report

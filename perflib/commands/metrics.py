@@ -6,6 +6,9 @@ import argparse
 import json
 
 from perflib.cli import float_arg, int_arg
+from perflib.errors import InputError
+from perflib.metrics import FIGURE_HELP, FIGURES, diff, parse_exposition
+from perflib.safeinput import read_text
 
 DIALECT_CHOICES = ("auto", "mlxcel", "llamacpp", "vllm", "sglang")
 
@@ -13,8 +16,6 @@ DIALECT_CHOICES = ("auto", "mlxcel", "llamacpp", "vllm", "sglang")
 
 def _figure_lines() -> str:
     """The `--help` epilog: one line per figure with its unit (perflib.metrics imports nothing heavy)."""
-    from perflib.metrics import FIGURE_HELP
-
     width = max(len(name) for name in FIGURE_HELP)
     lines = ["figures (n/a = cannot be computed; never printed as 0):"]
     lines += [f"  {name:<{width}}  {unit:<9}  {text}" for name, (unit, text) in FIGURE_HELP.items()]
@@ -55,8 +56,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def _read(path: str) -> str:
     """The exposition text of a file the user named: a regular UTF-8 file, else an `InputError`."""
-    from perflib.safeinput import read_text
-
     return read_text(path, "/metrics exposition text") or ""
 
 
@@ -72,8 +71,6 @@ def _fmt(name: str, value: float | None) -> str:
 
 def format_table(delta: object, before: str = "", after: str = "") -> str:
     """The readable form of a `MetricsDelta`: one figure a line with its unit, absent names, notes."""
-    from perflib.metrics import FIGURE_HELP, FIGURES
-
     d = delta.to_dict()  # type: ignore[attr-defined]
     lines = [f"dialect: {d['dialect']}" + (f"   before: {before}   after: {after}" if before else "")]
     if d["reset"]:
@@ -93,9 +90,6 @@ def format_table(delta: object, before: str = "", after: str = "") -> str:
 
 
 def run_diff(args: argparse.Namespace) -> int:
-    from perflib.errors import InputError
-    from perflib.metrics import diff, parse_exposition
-
     # Parse here so that a bad line is reported against the file it is in.
     before = parse_exposition(_read(args.before), args.before)
     after = parse_exposition(_read(args.after), args.after)

@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 from perflib.cli import int_arg
+from perflib.errors import Terminated
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -118,7 +119,7 @@ def _shape(args: argparse.Namespace) -> dict[str, int]:
 
 
 def _build(args: argparse.Namespace) -> int:
-    from perflib import server
+    from perflib import server  # late: 32 ms (measured) that `perflib --help` skips
 
     path = server.ensure_llama_server(progress=True, jobs=args.jobs, backend=args.backend, gpu_arch=args.gpu_arch,
                                       source=Path(args.source) if args.source else None)
@@ -128,7 +129,7 @@ def _build(args: argparse.Namespace) -> int:
 
 
 def _cupti(args: argparse.Namespace) -> int:
-    from perflib import server
+    from perflib import server  # late: see _build
 
     path = server.ensure_cupti_library(Path(args.cuda_home) if args.cuda_home else None, sample=args.sample,
                                        progress=True)
@@ -143,7 +144,7 @@ def _cupti(args: argparse.Namespace) -> int:
 
 
 def _model(args: argparse.Namespace) -> int:
-    from perflib import server
+    from perflib import server  # late: see _build
 
     path = server.ensure_test_model(**_shape(args))
     print(f"model: {path} ({path.stat().st_size / 1e6:.1f} MB)")
@@ -151,8 +152,7 @@ def _model(args: argparse.Namespace) -> int:
 
 
 def _start(args: argparse.Namespace) -> int:
-    from perflib import server
-    from perflib.errors import Terminated
+    from perflib import server  # late: see _build
 
     def stop_on(signum: int, _frame: object) -> None:
         raise Terminated() if signum == signal.SIGTERM else KeyboardInterrupt()

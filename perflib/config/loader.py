@@ -17,6 +17,7 @@ from typing import Any
 from perflib.config.declare import Context, Lines, build
 from perflib.config.model import MAX_RUNS, Campaign, CandidateSpec, Playbook, Source
 from perflib.errors import InputError, PerflibError
+from perflib.safeinput import read_text
 from perflib.server.presets import PLACEHOLDERS, PRESETS, placeholder_problems, placeholders_in
 
 PLAYBOOKS = Path(__file__).resolve().parents[1] / "data" / "playbooks"
@@ -33,7 +34,7 @@ def expanded_size(root: Any, limit: int) -> int:
     """How many nodes the YAML node graph `root` holds with every alias expanded, counted without
     expanding it (each node's size computed once), stopping at `limit + 1`. A ValueError for an
     alias that contains itself."""
-    import yaml
+    import yaml  # late: 16 ms (measured) that `perflib sweep` skips; it imports config, reads no file
 
     sizes: dict[int, int] = {}
     open_nodes: set[int] = set()
@@ -70,9 +71,7 @@ def _parse_yaml(path: Path) -> tuple[Any, Lines]:
     """The document and its line map; the file read as `perflib.safeinput.read_text` reads (a FIFO or
     device refused, at most `MAX_CAMPAIGN_BYTES`), composed once, its expanded size bounded before
     anything is built from it."""
-    import yaml
-
-    from perflib.safeinput import read_text
+    import yaml  # late: see expanded_size
 
     text = read_text(path, "a campaign YAML file", max_bytes=MAX_CAMPAIGN_BYTES) or ""
     loader = None
@@ -277,7 +276,7 @@ def _check_matrix(campaign: Campaign, path: Path, lines: Lines) -> None:
 def _check_files(campaign: Campaign, path: Path, lines: Lines) -> None:
     """What a campaign names beside it is there: each `compare_with` campaign file and each backend's
     `kernel_classes` (a built-in table, or a YAML file), read only later, when a page is written."""
-    from perflib.classes import builtin_backends
+    from perflib.classes import builtin_backends  # late: numpy (40 ms) that `import perflib.config` skips
 
     def regular(file: Path) -> str | None:
         try:

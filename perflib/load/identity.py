@@ -12,6 +12,8 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
+import httpx
+
 from perflib.load import tls
 from perflib.load.answer import loads_strict
 
@@ -65,7 +67,6 @@ def server_identity(base_url: str, *, flags: list[str] | None = None, version: s
     server lacks, or answers with something that is not a JSON object, reads as None. Each answer
     is read for at most about twice `timeout` seconds and `MAX_ANSWER_BYTES` bytes.
     """
-    import httpx
 
     def get(client: httpx.Client, path: str) -> dict[str, Any] | None:
         deadline = time.monotonic() + timeout

@@ -263,6 +263,8 @@ class _Level:
 
         A worker that fails leaves the records already written and an error naming how many requests
         have none; the level is then incomplete."""
+        # late: `python -m perflib.load.workers` imports this package first; had it imported workers,
+        # runpy would warn that the module it runs was already imported
         from perflib.load import workers
 
         s, outcome = self.spec, self.outcome

@@ -16,7 +16,7 @@ def event_loop_name() -> str:
     """
     if os.environ.get("PERFLIB_EVENT_LOOP", "auto") != "asyncio":
         try:
-            import uvloop
+            import uvloop  # optional (not on Windows), and not loaded where PERFLIB_EVENT_LOOP=asyncio
         except ImportError:
             return "asyncio"
         return f"uvloop {uvloop.__version__}"
@@ -26,7 +26,7 @@ def event_loop_name() -> str:
 def run_async(coro: Any) -> Any:
     """`asyncio.run` on the loop `event_loop_name()` names."""
     if event_loop_name().startswith("uvloop"):
-        import uvloop
+        import uvloop  # late: see event_loop_name
 
         return uvloop.run(coro)
     return asyncio.run(coro)

@@ -11,10 +11,10 @@ from __future__ import annotations
 import functools
 import ssl
 
+import certifi
+
 
 @functools.lru_cache(maxsize=1)
 def context() -> ssl.SSLContext:
     """The process's TLS context: certifi's CA bundle, as httpx's default."""
-    import certifi
-
     return ssl.create_default_context(cafile=certifi.where())

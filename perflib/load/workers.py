@@ -30,8 +30,11 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+import httpx
+
 from perflib.errors import PerflibError
 from perflib.load import tls
+from perflib.load.loop import run_async
 from perflib.load.request import RequestRecord, RequestSpec
 from perflib.load.stream import stream_request
 
@@ -134,8 +137,6 @@ async def _read_records(proc: asyncio.subprocess.Process, expected: int,
 
 async def _serve(job: Sequence[RequestSpec], stdin: asyncio.StreamReader, write: Callable[[bytes], None]) -> None:
     """The worker's side: wait for `go`, then send every request of the job at once."""
-    import httpx
-
     client = None
     if job and not job[0].base_url.startswith("http://"):  # https goes through httpx, as in one process
         client = httpx.AsyncClient(limits=httpx.Limits(max_connections=None, max_keepalive_connections=0),
@@ -158,8 +159,6 @@ async def _serve(job: Sequence[RequestSpec], stdin: asyncio.StreamReader, write:
 
 def main() -> int:
     """Entry point of one worker process (`python -m perflib.load.workers`)."""
-    from perflib.load.loop import run_async
-
     job = [RequestSpec.from_dict(spec) for spec in json.loads(sys.stdin.buffer.readline())]
     out = sys.stdout.buffer
 

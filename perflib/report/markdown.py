@@ -13,6 +13,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from perflib.report.text import escape_md
+
 if TYPE_CHECKING:
     import pandas as pd
 
@@ -72,8 +74,6 @@ class MarkdownText(str):
 def frame_table(frame: pd.DataFrame, digits: int = 3) -> MarkdownText:
     """A DataFrame as a GitHub Markdown table (numbers rounded to `digits` significant decimals, text
     escaped, NaN as n/a, all-n/a columns left out and named below it)."""
-    from perflib.report.text import escape_md
-
     def cell(value: object) -> str:
         if value is None or (isinstance(value, float) and math.isnan(value)):
             return "n/a"

@@ -52,7 +52,7 @@ def _import_gguf() -> None:
     """Make `gguf` importable: the installed package, else the copy in the llama.cpp source
     (`gguf-py/`), as on a GPU box where nothing can be installed."""
     try:
-        import gguf  # noqa: F401
+        import gguf  # noqa: F401 - late: the probe, before llama.cpp's gguf-py goes on the path
     except ImportError:
         path = download_source(progress=False) / "gguf-py"
         if not path.is_dir():
@@ -64,7 +64,7 @@ def _import_gguf() -> None:
 def _copy_tokenizer(writer, vocab_path: Path) -> int:
     """Copy every `tokenizer.*` key of a vocab GGUF into `writer`; returns the vocabulary size."""
     _import_gguf()
-    from gguf import GGUFReader, GGUFValueType
+    from gguf import GGUFReader, GGUFValueType  # after _import_gguf: maybe llama.cpp's gguf-py
 
     reader = GGUFReader(str(vocab_path))
     n_vocab = 0
@@ -90,10 +90,10 @@ def write_random_llama_gguf(path: Path, shape: ModelShape, vocab_path: Path) -> 
     f16 weights are Gaussian with 1/sqrt(fan-in) scale. Q4_0 weights are random nibbles under a
     fixed fp16 scale of 0.003 (random scales give fp16 NaN/Inf), written as raw 18-byte blocks.
     """
-    import numpy as np
+    import numpy as np  # late: only where a model is written; perflib.server does not load numpy
 
     _import_gguf()
-    from gguf import GGMLQuantizationType, GGUFWriter
+    from gguf import GGMLQuantizationType, GGUFWriter  # after _import_gguf: maybe llama.cpp's gguf-py
 
     if shape.quant not in ("f16", "q4_0"):
         raise PerflibError(f"model quant {shape.quant!r}: expected 'f16' or 'q4_0'")

@@ -159,6 +159,7 @@ def toggle_torch_profile(base_url: str, which: str, timeout: float = 600.0) -> N
 
     Stopping flushes the trace files, which takes long on a large model: hence the long timeout.
     """
+    # late: httpx and perflib.load, 84 ms (measured); perflib.config imports this module for LIVE_KINDS
     import httpx
 
     from perflib.load import tls

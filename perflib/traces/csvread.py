@@ -16,6 +16,9 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.csv as pacsv
 
 from perflib.errors import InputError
 from perflib.traces import files
@@ -95,9 +98,6 @@ def read_arrow(path: Path, header: list[str], types: dict[str, Any], int_columns
                stream_gzip: bool = False) -> Any:
     """pyarrow table of the columns in `types` (keys are names as written). `stream_gzip`: a gzip file
     is decompressed as it is parsed rather than into memory first (the lean read's bounded memory)."""
-    import pyarrow as pa
-    import pyarrow.csv as pacsv
-
     source: Any = str(path)
     with open(path, "rb") as fh:
         magic = fh.read(2)
@@ -122,8 +122,6 @@ def read_arrow(path: Path, header: list[str], types: dict[str, Any], int_columns
 def int_column(table: Any, name: str | None, n: int, path: Path, required: bool = False,
                expected: str = "an integer timestamp (ns)") -> np.ndarray:
     """An int64 column; an empty cell is -1 (unknown), or with `required` an `InputError` naming its line."""
-    import pyarrow.compute as pc
-
     if name is None:
         return np.full(n, -1, dtype=np.int64)
     col = table.column(name)

@@ -22,16 +22,15 @@ import zlib
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
+import pandas as pd
+import pyarrow as pa
 
 from perflib.errors import InputError
 from perflib.traces import cupti_layouts, files, schema
 from perflib.traces.trace import ReadMode, Trace
-
-if TYPE_CHECKING:
-    import pandas as pd
 
 SOURCE = "cupti-text"
 DISPATCH_KINDS = {"KERNEL": "kernel", "CONCURRENT_KERNEL": "kernel", "MEMCPY": "memcpy", "MEMSET": "memset"}
@@ -89,7 +88,7 @@ def _split_name(rest: str) -> tuple[str | None, str]:
 
 def _demangler():
     try:
-        import cxxfilt
+        import cxxfilt  # optional where it is used: without it names stay mangled (module docstring)
     except ImportError:  # pragma: no cover - cxxfilt is a dependency
         return None
     cache: dict[str, str] = {}
@@ -278,8 +277,6 @@ class _Names:
 def _distinct(data: bytes, start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, list[bytes]]:
     """Indices of the byte spans `data[start:end]` (in order, none overlapping) into their distinct
     values, first seen first: hashed by Arrow, no Python object per span."""
-    import pyarrow as pa
-
     n = start.size
     if not n:
         return np.zeros(0, dtype=np.int64), []
@@ -549,8 +546,6 @@ class _Reader:
 
 def _lean_api(table: _Table) -> pd.DataFrame:
     """The API calls with names and domains as categoricals, sorted by start (as `schema.api_frame` sorts)."""
-    import pandas as pd
-
     start, end = table.column("start"), table.column("end")
     n = start.size
     frame = pd.DataFrame({

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import orjson
 
 from perflib.errors import InputError
 from perflib.traces import files
@@ -200,8 +201,6 @@ def skip(text: Text, where: str = "the array", size: int | None = None,
 def loads(text: bytes, exact: bool) -> Any:
     """The JSON `text` parsed: orjson, or the standard parser (NaN, or `exact`: Decimal floats)."""
     if not exact:
-        import orjson
-
         try:
             return orjson.loads(text)
         except orjson.JSONDecodeError:
@@ -275,8 +274,6 @@ def next_chunk(text: Text, where: str = "the array", size: int | None = None,
         for cut in cuts(region, marks):
             doc = b"".join((b"[", memoryview(region)[:cut + 1], b"]"))
             try:
-                import orjson
-
                 parsed = orjson.loads(doc)
             except orjson.JSONDecodeError:
                 continue

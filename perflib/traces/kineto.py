@@ -36,14 +36,13 @@ import math
 from decimal import ROUND_HALF_EVEN, Decimal
 from itertools import compress, repeat
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
+
+import numpy as np
 
 from perflib.errors import InputError
 from perflib.traces.files import load_json
 from perflib.traces.trace import Trace
-
-if TYPE_CHECKING:
-    import numpy as np
 
 SOURCE = "kineto"
 GPU_KINDS = {"kernel": "kernel", "gpu_memcpy": "memcpy", "gpu_memset": "memset"}
@@ -71,8 +70,6 @@ class _NeedsText(Exception):
 
 def us_to_ns(values: np.ndarray) -> np.ndarray:
     """µs (int or 3-decimal float) -> int64 ns, splitting off the integer part to keep precision."""
-    import numpy as np
-
     values = np.asarray(values, dtype=np.float64)
     whole = np.floor(values)
     return whole.astype(np.int64) * 1000 + np.rint((values - whole) * 1000).astype(np.int64)
@@ -107,8 +104,6 @@ def exact_ns(value: Any, path: Path, where: str) -> int:
 def _ns(values: list, key: str, index: list[int], path: Path) -> np.ndarray:
     """int64 ns of one column of µs values (`ts` or `dur`): vectorised where float64 or int64 is
     exact (the common case), value by value otherwise (`exact_ns`; raises `_NeedsText`)."""
-    import numpy as np
-
     types = set(map(type, values))
     if types == {int}:
         try:
@@ -147,8 +142,6 @@ def _int(value: Any) -> int:
 
 def _ints(values: list) -> np.ndarray:
     """int64 ids; values that are not ints (None, hex strings, ...) go through `_int` (-1 unknown)."""
-    import numpy as np
-
     if set(map(type, values)) <= {int}:
         try:
             return np.array(values, dtype=np.int64)
@@ -160,8 +153,6 @@ def _ints(values: list) -> np.ndarray:
 def _times(cols: dict[str, list], path: Path) -> tuple[np.ndarray, np.ndarray]:
     """int64 ns start and end of one table's events; a `ts`/`dur` that is missing, not a number, not
     finite, or whose ns (or their sum) overflow int64 is an `InputError` naming the event."""
-    import numpy as np
-
     start = _ns(cols["ts"], "ts", cols["index"], path)
     dur = _ns(cols["dur"], "dur", cols["index"], path)
     end = start + dur
@@ -310,8 +301,6 @@ def _base_ns(top: dict[str, Any], path: Path) -> int | None:
 
 def _shift(times: np.ndarray, shift: int, c: dict[str, list], key: str, path: Path) -> np.ndarray:
     """`times + shift`, where no sum overflows int64; else an `InputError` naming the event."""
-    import numpy as np
-
     if not shift or not times.size:
         return times
     bad = np.flatnonzero(times > INT64_MAX - shift if shift > 0 else times < INT64_MIN - shift)

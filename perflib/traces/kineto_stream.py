@@ -247,6 +247,7 @@ def _trace(path: Path, top: dict[str, Any], names: Names, api_names: Names, doma
 def _api_frame(api: dict[str, Table], api_names: Names, domains: Names, shift: int, path: Path,
                shifted: Any) -> pd.DataFrame:
     """The launch calls as a table of the API columns, names and domains categorical, sorted by start."""
+    # pandas: not in the prefetch child (as in _trace)
     import pandas as pd
 
     from perflib.traces import schema

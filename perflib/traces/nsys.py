@@ -26,9 +26,10 @@ from __future__ import annotations
 import re
 import sqlite3
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
+import pandas as pd
 
 from perflib.errors import InputError
 from perflib.traces import schema
@@ -36,9 +37,6 @@ from perflib.traces.codebook import Names
 from perflib.traces.files import said
 from perflib.traces.sqlite import ERRORS, columns, fetch, objects, reading
 from perflib.traces.trace import ReadMode, Trace
-
-if TYPE_CHECKING:
-    import pandas as pd
 
 RELATIVE_FIRST_MAX_NS = 3_600_000_000_000
 """Session-relative times start near 0: the first event within an hour of the session start (a
@@ -245,8 +243,6 @@ def _runtime_span(con: sqlite3.Connection, path: Path, names: set[str]) -> pd.Da
                    f"'integer') FROM {RUNTIME}", f"table {RUNTIME}")
     if odd:
         return None
-    import pandas as pd
-
     rows = 1 if count else 0
     return pd.DataFrame({"start_ns": np.full(rows, first if count else 0, np.int64),
                          "end_ns": np.full(rows, last if count else 0, np.int64)})

@@ -9,6 +9,10 @@ Read back, the file is checked as any profiler output is: the metadata is JSON o
 (an unknown clock, a non-object meta, ... are `InputError`s naming the key), the columns are of
 their types, and a null time is an `InputError` naming its row (it once read as -1, and gave a
 window of 1.7e12 ms of GPU busy).
+
+Light at import on purpose: `perflib.traces` imports this module (it exports `write_trace_parquet`),
+and `perflib trace summary` imports that before its Kineto prefetch forks. So pyarrow, numpy and
+pandas (through `schema`) load inside the functions that read or write a file.
 """
 
 from __future__ import annotations
@@ -32,7 +36,7 @@ _META_KEY = b"perflib.trace"
 def write_trace_parquet(trace: Trace, path: str | Path, start_ns: int | None = None,
                         end_ns: int | None = None) -> Path:
     """Write `trace.dispatches` (optionally only dispatches overlapping [start_ns, end_ns])."""
-    import pyarrow as pa
+    import pyarrow as pa  # late: not at `import perflib.traces` (module docstring)
 
     frame = trace.dispatches
     if start_ns is not None:
@@ -53,7 +57,7 @@ def write_trace_parquet(trace: Trace, path: str | Path, start_ns: int | None = N
 def write_dispatches(dispatches: pd.DataFrame, path: str | Path) -> Path:
     """A dispatch table alone as a perflib trace file: clock unknown, the source its rows name (the
     registry's writer, `perflib.traces.formats`; a cut writes a whole Trace with `write_trace_parquet`)."""
-    from perflib.traces import schema
+    from perflib.traces import schema  # late: not at `import perflib.traces` (module docstring)
 
     sources = dispatches["source"].astype(str).unique() if len(dispatches) else []
     source = str(sources[0]) if len(sources) == 1 else "perflib-parquet"
@@ -65,7 +69,7 @@ def write_table(table, path: str | Path) -> None:
     """Write a dispatch table the compact way: names dictionary-encoded, the integer columns
     delta-encoded (timestamps in start order differ by little), zstd on top. About 35% smaller
     than plain zstd on a CUPTI server trace; readers see no difference."""
-    import pyarrow.parquet as pq
+    import pyarrow.parquet as pq  # late: not at `import perflib.traces` (module docstring)
 
     ints = [f.name for f in table.schema if str(f.type) == "int64"]
     pq.write_table(table, path, compression="zstd", compression_level=9,
@@ -98,6 +102,7 @@ def _info(path: Path, raw: bytes) -> dict[str, Any]:
 def _int_column(table: Any, name: str, path: Path, required: bool) -> np.ndarray:
     """An integer column as int64: nulls are -1 (unknown) in ids and an `InputError` naming the row in
     times; a column that is not of an integer type, or holds values beyond int64, is an `InputError`."""
+    # late: not at `import perflib.traces` (module docstring)
     import numpy as np
     import pyarrow as pa
     import pyarrow.compute as pc
@@ -119,6 +124,7 @@ def _int_column(table: Any, name: str, path: Path, required: bool) -> np.ndarray
 
 def _text_column(table: Any, name: str, path: Path) -> np.ndarray:
     """A text column (plain or dictionary-encoded) as str; a null is an `InputError` naming the row."""
+    # late: not at `import perflib.traces` (module docstring)
     import numpy as np
     import pyarrow as pa
     import pyarrow.compute as pc
@@ -136,6 +142,7 @@ def _text_column(table: Any, name: str, path: Path) -> np.ndarray:
 def _open(path: Path, columns: list[str] | None = None) -> tuple[Any, dict[str, Any]]:
     """The file's table (only `columns`, names kept dictionary-encoded, where given) and its checked
     `perflib.trace` metadata; a file that is not a readable perflib trace is an `InputError`."""
+    # late: not at `import perflib.traces` (module docstring)
     import pyarrow.parquet as pq
 
     from perflib.traces import schema
@@ -173,7 +180,7 @@ def _column(table: Any, c: str, path: Path) -> np.ndarray:
 
 
 def _trace(dispatches: Any, info: dict[str, Any], path: Path) -> Trace:
-    from perflib.traces import schema
+    from perflib.traces import schema  # late: not at `import perflib.traces` (module docstring)
 
     source = info.get("source", "perflib-parquet")
     meta = dict(info.get("meta") or {})
@@ -193,7 +200,7 @@ def read(path: str | Path, mode: ReadMode = ReadMode.FULL) -> Trace:
 
 def read_trace_parquet(path: str | Path) -> Trace:
     """Read a file written by `write_trace_parquet` back into a `Trace`."""
-    from perflib.traces import schema
+    from perflib.traces import schema  # late: not at `import perflib.traces` (module docstring)
 
     path = Path(path)
     table, info = _open(path)
@@ -205,7 +212,7 @@ def read_trace_parquet_lean(path: str | Path, ids: bool = False) -> Trace:
     """`read_trace_parquet` with a lean dispatch table (`schema.LEAN_DISPATCH_COLUMNS`; `ids`: with
     device, queue and stream): only those columns are read, the names kept as dictionary codes, so a
     name's text is decoded once, not once a row. The same rows, times and checks as the full read."""
-    from perflib.traces import schema
+    from perflib.traces import schema  # late: not at `import perflib.traces` (module docstring)
 
     path = Path(path)
     id_names = list(schema.ID_COLUMNS) if ids else []
@@ -222,6 +229,7 @@ def read_trace_parquet_lean(path: str | Path, ids: bool = False) -> Trace:
 def _name_codes(table: Any, path: Path) -> tuple[np.ndarray, list[str]]:
     """int32 codes and distinct names (first seen first) of the `kernel` column; a null, or a column
     that is not text, is the full read's `InputError` naming it."""
+    # late: not at `import perflib.traces` (module docstring)
     import pyarrow as pa
     import pyarrow.compute as pc
 

@@ -23,7 +23,7 @@ import pickle
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from perflib.errors import PerflibError
+from perflib.errors import InputError, PerflibError
 from perflib.traces.formats import detect_format
 
 if TYPE_CHECKING:
@@ -91,8 +91,7 @@ class Prefetch:
         tables = self.result()
         if tables is None:
             return None
-        from perflib.errors import InputError
-        from perflib.traces import kineto_stream
+        from perflib.traces import kineto_stream  # late: numpy and the reader, never before the fork
 
         try:
             return kineto_stream.trace_of_tables(self.path, tables)
@@ -102,7 +101,7 @@ class Prefetch:
 
 def _tables(path: Path) -> Any:
     """What the child sends: the streamed read up to its tables, each column as one array."""
-    from perflib.traces import kineto_stream
+    from perflib.traces import kineto_stream  # in the child: the reader is never imported before the fork
 
     tables = kineto_stream.read_tables(path)
     tables.compact()
@@ -142,6 +141,7 @@ class ArrowCSV:
 
     def _run(self) -> None:
         try:
+            # late: never at `import perflib.traces`, which comes before a Kineto file's fork
             import pyarrow as pa
             import pyarrow.csv as pacsv
 

@@ -14,6 +14,8 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
+import pyarrow.csv as pacsv
 
 from perflib.errors import InputError
 from perflib.traces import csvread, files, rocprof_legacy, schema
@@ -86,8 +88,6 @@ def kernel_header_version(header: list[str]) -> str:
 
 def read_kernel_trace(path: Path, header: list[str] | None = None) -> tuple[pd.DataFrame, dict]:
     """`kernel_trace.csv` in every header version A-E -> canonical dispatch table."""
-    import pyarrow as pa
-
     header = header or csvread.header_of(path)
     names = csvread.columns(path, header, KERNEL, REQUIRED[KERNEL])
     dict_str = pa.dictionary(pa.int32(), pa.string())
@@ -152,8 +152,6 @@ def _read_lean(path: Path, header: list[str], spec: str, name_key: str, kind: st
                ids: bool = False) -> pd.DataFrame:
     """The lean read of one rocprofv3 CSV: `name_key`'s column as dictionary codes, start, end and
     correlation as int64, every row of kind `kind` (`ids`: with device, queue and stream)."""
-    import pyarrow as pa
-
     names = csvread.columns(path, header, spec, REQUIRED[spec])
     dict_str = pa.dictionary(pa.int32(), pa.string())
     types: dict[str, Any] = {
@@ -196,8 +194,6 @@ def read_memory_copy_trace(path: Path, header: list[str] | None = None) -> tuple
     `kernel` is the `Direction` (e.g. `MEMORY_COPY_HOST_TO_DEVICE`); `device` is the GPU end of the
     copy: the source agent for `*_TO_HOST` copies, else the destination agent.
     """
-    import pyarrow as pa
-
     header = header or csvread.header_of(path)
     names = csvread.columns(path, header, MEMCPY, REQUIRED[MEMCPY])
     dict_str = pa.dictionary(pa.int32(), pa.string())
@@ -239,8 +235,6 @@ def read_api_trace(path: Path, header: list[str] | None = None) -> tuple[pd.Data
     Rows whose `Domain` starts with `MARKER` are ROCTx markers (`Function` = the text; a
     `roctxMark` has Start == End); the rest are API calls.
     """
-    import pyarrow as pa
-
     header = header or csvread.header_of(path)
     names = csvread.columns(path, header, API, REQUIRED[API])
     types: dict[str, Any] = {
@@ -294,8 +288,6 @@ def read_stats(path: Path) -> pd.DataFrame:
     kernels as legacy `results.csv` does, `.kd` suffix included: it is dropped as the trace reader drops
     it, so that both name a kernel alike.
     """
-    import pyarrow as pa
-
     path = Path(path)
     header = csvread.header_of(path)
     if classify(header) != STATS:
@@ -352,8 +344,6 @@ def read_csv_table(path: Path) -> tuple[str, pd.DataFrame]:
     `scratch_memory_trace`, `counter_collection`, `agent_info`): timestamps are checked int64 ns
     (end >= start), agent ids (`"Agent 4"`, `4`, empty) become int64 (-1 unknown).
     """
-    import pyarrow as pa
-
     path = Path(path)
     header = csvread.header_of(path)
     kind = classify(header)
@@ -375,8 +365,6 @@ def read_csv_table(path: Path) -> tuple[str, pd.DataFrame]:
             types[raw] = None
     explicit = {k: v for k, v in types.items() if v is not None}
     int_cols = {low for low in lower if low.endswith("_timestamp")}
-    import pyarrow.csv as pacsv
-
     source: Any = io.BytesIO(files.read_bytes(path))
     try:
         table = pacsv.read_csv(

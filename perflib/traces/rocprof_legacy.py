@@ -11,6 +11,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
 from perflib.traces import csvread, schema
 from perflib.traces.trace import ReadMode
 
@@ -23,8 +27,6 @@ KD_SUFFIX = r"(\s*\[clone \.kd\]|\.kd)$"
 
 def clean_names(names: Any) -> Any:
     """A pyarrow string array of legacy rocprof names without their `.kd` suffix."""
-    import pyarrow.compute as pc
-
     return pc.replace_substring_regex(names, KD_SUFFIX, "")
 
 
@@ -32,8 +34,6 @@ def read_results_csv(path: Path, header: list[str] | None = None,
                      mode: ReadMode = ReadMode.FULL) -> dict[str, Any]:
     """`results.csv` -> {'dispatches', 'meta'} (no API or marker tables in this file); a lean `mode`: the
     dispatches as a lean table (`read_results_lean`; LEAN_IDS: with device and queue)."""
-    import pyarrow as pa
-
     path = Path(path)
     header = header or csvread.header_of(path)
     names = csvread.columns(path, header, TABLE, REQUIRED)
@@ -72,9 +72,6 @@ def read_results_lean(path: Path, header: list[str], names: dict[str, str], ids:
     pyarrow pass over the name, begin and end columns, the names dictionary-encoded, so only the
     distinct names go through the `.kd` cleaning (two that clean alike share one code). Times are
     checked, and rows ordered, as in the full read. `ids`: the gpu-id and queue-id columns too."""
-    import numpy as np
-    import pyarrow as pa
-
     types = {names["kernelname"]: pa.dictionary(pa.int32(), pa.string()),
              names["beginns"]: pa.int64(), names["endns"]: pa.int64()}
     id_names = {"device": names.get("gpu-id"), "queue": names.get("queue-id")} if ids else {}

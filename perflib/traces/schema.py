@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+from pandas.api.types import union_categoricals
 
 from perflib.errors import InputError
 
@@ -237,8 +238,6 @@ def concat(frames: list[pd.DataFrame], columns: tuple[str, ...]) -> pd.DataFrame
         return frames[0]
     lean = [f for f in frames if "kernel" in f and isinstance(f["kernel"].dtype, pd.CategoricalDtype)]
     if len(lean) == len(frames):  # lean tables: one union of the names, never a column of text
-        from pandas.api.types import union_categoricals
-
         kernel = union_categoricals([f["kernel"] for f in frames], ignore_order=True)
         frames = [f.drop(columns="kernel") for f in frames]
     else:

@@ -8,6 +8,8 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
+import pyarrow.csv as pacsv
 
 from perflib.traces.writers.common import GUID, HOST_AGENT, complete, kernels
 
@@ -36,17 +38,12 @@ _SPELLING = {"Lds_Block_Size": "LDS_Block_Size", "Vgpr_Count": "VGPR_Count", "Ac
 
 def _agent_strings(values: np.ndarray) -> Any:
     """`"Agent N"` for 7.0-style files, built per distinct value."""
-    import pyarrow as pa
-
     uniq, inverse = np.unique(values, return_inverse=True)
     labels = pa.array([f"Agent {int(u)}" for u in uniq])
     return pa.DictionaryArray.from_arrays(pa.array(inverse.astype(np.int32)), labels).cast(pa.string())
 
 
 def _write_arrow_csv(columns: dict[str, Any], path: Path) -> Path:
-    import pyarrow as pa
-    import pyarrow.csv as pacsv
-
     table = pa.table(
         {k: (v if isinstance(v, pa.Array | pa.ChunkedArray) else pa.array(v)) for k, v in columns.items()}
     )
@@ -56,8 +53,6 @@ def _write_arrow_csv(columns: dict[str, Any], path: Path) -> Path:
 
 def write_kernel_trace_csv(dispatches: pd.DataFrame, path: str | Path, version: str = "D") -> Path:
     """The kernel rows of `dispatches` as a rocprofv3 `kernel_trace.csv` of header `version`."""
-    import pyarrow as pa
-
     if version not in KERNEL_HEADERS:
         raise ValueError(f"header version must be one of {sorted(KERNEL_HEADERS)}, not {version!r}")
     df = kernels(complete(dispatches))
