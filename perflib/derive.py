@@ -47,8 +47,9 @@ FLOAT_FORMAT = None
 """Floats as Python's shortest repr that reads back as the same number (with `ROUND_TRIP`): a page drawn
 from `data/derived` alone is then the page drawn from `data/raw`, to the last digit it shows (six
 significant digits turned 168.785 into 168.79 on one and 168.78 on the other)."""
-ROUND_TRIP = {"float_precision": "round_trip"}
-"""How `read` (and `perflib.pageinputs.read`) parse the floats back: exactly, not pandas' fast parser."""
+ROUND_TRIP = {} if int(pd.__version__.split(".")[0]) >= 3 else {"float_precision": "round_trip"}
+"""How `read` (and `perflib.pageinputs.read`) parse the floats back: exactly. pandas 3's default parser
+is exact (and it deprecates `float_precision`); pandas 2's fast default is not, so there it is asked for."""
 
 
 def empty(name: str) -> pd.DataFrame:
