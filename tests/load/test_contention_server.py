@@ -6,9 +6,9 @@ measured by `perflib sweep` in a child process (the client, as the campaign's no
 first on the machine as it is, then beside busy loops (two per core) that are siblings of the
 client, each in its own session, bounded in time, killed by pid and checked gone. What is tested:
 every run beside the burners is marked contended, and the burners' effect on the run-queue wait per
-CPU second of the server's and client's threads is several times the quietest quiet run's, run by
-run (the median one over the threshold). Background load on a shared or CI machine can spoil one
-quiet run; the quietest of three is the baseline, and it must be judged quiet (the quiet round is
+CPU second of the server's and client's threads is at least twice the quietest quiet run's, run by
+run, and several times it at the median (which is over the threshold). Background load on a
+shared or CI machine can spoil one quiet run; the quietest of three is the baseline, and it must be judged quiet (the quiet round is
 measured again, up to three times, while other jobs spoil it; only if they spoil all three may it be
 contended, and then by a machine-wide signal that saw them).
 """
@@ -93,7 +93,9 @@ def test_burners_around_a_short_real_run_mark_it_contended(tmp_path, llama_serve
     assert not quietest["contended"] or machine_busy, quietest
     for seen in loaded:  # every run beside the burners is marked contended, and says by which figure
         assert seen["contended"] and seen["why"].startswith("contended: "), json.dumps(seen)
-        # the burners' effect on the kernel's count: several times the quiet figure, run by run
-        assert seen["signals"]["wait_per_cpu"] >= 3 * base, (seen["signals"]["wait_per_cpu"], base)
+        # the burners' effect on the kernel's count: at least twice the quiet figure, run by run ...
+        assert seen["signals"]["wait_per_cpu"] >= 2 * base, (seen["signals"]["wait_per_cpu"], base)
     waits = sorted(s["signals"]["wait_per_cpu"] for s in loaded)
+    # ... and several times it at the median (a shared machine's quiet base was 0.14 s/s once, 0.02 others)
+    assert waits[len(waits) // 2] >= 3 * base, (waits, base)
     assert waits[len(waits) // 2] > load.WAIT_THRESHOLD, waits  # the median one alone would decide
