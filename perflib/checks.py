@@ -30,6 +30,12 @@ LIMITS = {"tokens": (0.98, 1.02), "counter_vs_client": (0.8, 1.25), "timings_vs_
 """Each check's accepted range of its ratio."""
 
 
+def text(column: pd.Series) -> pd.Series:
+    """A runs table's text column (`left_out`, `metrics_problem`) with missing as "": read back from CSV,
+    a column empty on every row is float NaN, which pandas will not fill with a string."""
+    return column.astype(object).fillna("").astype(str)
+
+
 def _flag(frame: pd.DataFrame, column: str) -> pd.Series:
     if column not in frame.columns:
         return pd.Series(False, index=frame.index)
@@ -60,7 +66,7 @@ def left_out_at(runs: pd.DataFrame | None, **where: Any) -> tuple[int, str]:
         if value is not None and column in runs.columns:
             mask &= runs[column].astype(str) == str(value)
     why = runs["left_out"] if "left_out" in runs.columns else left_out(runs)
-    reasons = [w for w in why[mask].astype(object).fillna("").astype(str) if w]
+    reasons = [w for w in text(why[mask]) if w]
     return len(reasons), (reasons[0] if reasons else "")
 
 
@@ -79,7 +85,7 @@ def usable(runs: pd.DataFrame) -> pd.DataFrame:
         return runs
     keep = runs["status"].astype(str) == "complete" if "status" in runs.columns else pd.Series(True, index=runs.index)
     if "left_out" in runs.columns:
-        keep &= runs["left_out"].astype(object).fillna("").astype(str) == ""
+        keep &= text(runs["left_out"]) == ""
     return runs[keep]
 
 
@@ -157,7 +163,7 @@ def level_checks(runs: pd.DataFrame, trace_runs: pd.DataFrame | None = None) -> 
     for key, at in complete.groupby(LEVEL_KEYS, sort=True):
         level = dict(zip(LEVEL_KEYS, key, strict=True))
         used = usable(at)
-        out_why = [w for w in at["left_out"].astype(object).fillna("").astype(str) if w]
+        out_why = [w for w in text(at["left_out"]) if w]
         traced = _select_level(trace_runs, level)
         fails = _level_failures(used, traced, int(level["batch"]))
         rows.append({**level, "complete": len(at), "used": len(used), "left_out": len(out_why),

@@ -323,7 +323,7 @@ def counter_problems(tables: DerivedTables) -> list[str]:
     runs = tables.runs
     if runs is None or not len(runs) or "metrics_problem" not in runs.columns:
         return []
-    bad = runs[runs["metrics_problem"].astype(object).fillna("").astype(str) != ""]
+    bad = runs[checks.text(runs["metrics_problem"]) != ""]
     return [f"{r.arm}/{r.backend}/b{r.batch}_c{r.context}_r{r.repeat}: {r.metrics_problem}"
             for r in bad.itertuples(index=False)]
 
@@ -335,7 +335,7 @@ def absent_counters(tables: DerivedTables) -> list[str]:
         return []
     runs = checks.usable(runs) if "status" in runs.columns else runs
     if "metrics_problem" in runs.columns:  # counters there but reset, NaN or impossible: not "not exported"
-        runs = runs[runs["metrics_problem"].astype(object).fillna("").astype(str) == ""]
+        runs = runs[checks.text(runs["metrics_problem"]) == ""]
     if not len(runs):
         return []
     return [c for c in ("prefill_chunks", "mixed_steps", "occupancy", "decode_step_ms")

@@ -16,6 +16,7 @@ from typing import Any
 
 import pandas as pd
 
+from perflib import checks
 from perflib.classes import OTHER
 from perflib.derive import DerivedTables
 
@@ -130,7 +131,7 @@ def _select(frame: pd.DataFrame, scope: Scope, batch: int | None = None, arm: st
     if "status" in frame.columns:
         mask &= frame["status"].astype(str) == "complete"
     if "left_out" in frame.columns:  # contended runs never decide (perflib.checks)
-        mask &= frame["left_out"].astype(object).fillna("").astype(str) == ""
+        mask &= checks.text(frame["left_out"]) == ""
     return frame[mask]
 
 
@@ -170,7 +171,7 @@ def _left_out(tables: DerivedTables | None, scope: Scope, batch: int | None) -> 
     if runs is None or not len(runs) or "left_out" not in runs.columns:
         return None
     sel = _select(runs.assign(left_out=""), scope, batch)  # complete runs, left out or not
-    why = [w for w in runs.loc[sel.index, "left_out"].astype(object).fillna("").astype(str) if w]
+    why = [w for w in checks.text(runs.loc[sel.index, "left_out"]) if w]
     return (len(why), why[0].removeprefix("contended: ")) if why else None
 
 
