@@ -307,6 +307,15 @@ const char* api_name(CUpti_CallbackDomain domain, uint32_t cbid) {
 
 bool timed(uint64_t start, uint64_t end) { return start != 0 && end >= start; }
 
+// The line a kernel, memcpy or memset record ends with: where it ran (device, context, stream, graph
+// node, channel), the same fields and order in each.
+template <typename R>
+void placement(Out& out, const R* r) {
+    out.s("\n\tdeviceId ").u(r->deviceId).s(", contextId ").u(r->contextId).s(", streamId ").u(r->streamId)
+        .s(", graphId ").u(r->graphId).s(", graphNodeId ").u(r->graphNodeId).s(", channelId ")
+        .u(r->channelID).s(", channelType ").s(channel_type(r->channelType)).s("\n");
+}
+
 // The lines of one record, as `cupti_trace_injection` (CUDA 12.x/13 helper_cupti_activity.h) prints them.
 void format(Out& out, const CUpti_Activity* record) {
     switch (record->kind) {
@@ -323,9 +332,8 @@ void format(Out& out, const CUpti_Activity* record) {
                 .s(" ], block [ ").i(k->blockX).s(", ").i(k->blockY).s(", ").i(k->blockZ)
                 .s(" ], cluster [ ").u(k->clusterX).s(", ").u(k->clusterY).s(", ").u(k->clusterZ)
                 .s(" ], sharedMemory (static ").i(k->staticSharedMemory).s(", dynamic ").i(k->dynamicSharedMemory)
-                .s(")\n\tdeviceId ").u(k->deviceId).s(", contextId ").u(k->contextId).s(", streamId ").u(k->streamId)
-                .s(", graphId ").u(k->graphId).s(", graphNodeId ").u(k->graphNodeId).s(", channelId ")
-                .u(k->channelID).s(", channelType ").s(channel_type(k->channelType)).s("\n");
+                .s(")");
+            placement(out, k);
             g->by_kind[0].fetch_add(1, std::memory_order_relaxed);
             break;
         }
@@ -335,10 +343,8 @@ void format(Out& out, const CUpti_Activity* record) {
             out.s("MEMCPY \"").s(memcpy_kind(m->copyKind)).s("\" [ ").u(m->start).s(", ").u(m->end)
                 .s(" ] duration ").u(m->end - m->start).s(", size ").u(m->bytes).s(", copyCount ").u(m->copyCount)
                 .s(", srcKind ").s(memory_kind(m->srcKind)).s(", dstKind ").s(memory_kind(m->dstKind))
-                .s(", correlationId ").u(m->correlationId)
-                .s("\n\tdeviceId ").u(m->deviceId).s(", contextId ").u(m->contextId).s(", streamId ").u(m->streamId)
-                .s(", graphId ").u(m->graphId).s(", graphNodeId ").u(m->graphNodeId).s(", channelId ")
-                .u(m->channelID).s(", channelType ").s(channel_type(m->channelType)).s("\n");
+                .s(", correlationId ").u(m->correlationId);
+            placement(out, m);
             g->by_kind[1].fetch_add(1, std::memory_order_relaxed);
             break;
         }
@@ -346,10 +352,8 @@ void format(Out& out, const CUpti_Activity* record) {
             auto* m = reinterpret_cast<const CUpti_ActivityMemset4*>(record);
             if (!timed(m->start, m->end)) { g->timestamps_missing.fetch_add(1); return; }
             out.s("MEMSET [ ").u(m->start).s(", ").u(m->end).s(" ] duration ").u(m->end - m->start)
-                .s(", value ").u(m->value).s(", size ").u(m->bytes).s(", correlationId ").u(m->correlationId)
-                .s("\n\tdeviceId ").u(m->deviceId).s(", contextId ").u(m->contextId).s(", streamId ").u(m->streamId)
-                .s(", graphId ").u(m->graphId).s(", graphNodeId ").u(m->graphNodeId).s(", channelId ")
-                .u(m->channelID).s(", channelType ").s(channel_type(m->channelType)).s("\n");
+                .s(", value ").u(m->value).s(", size ").u(m->bytes).s(", correlationId ").u(m->correlationId);
+            placement(out, m);
             g->by_kind[2].fetch_add(1, std::memory_order_relaxed);
             break;
         }
