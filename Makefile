@@ -4,7 +4,7 @@ PYTHON  ?= python3
 PY      := $(VENV)/bin/python
 PYTEST_ARGS ?=
 
-.PHONY: install demo test lint lab screenshot clean-derived
+.PHONY: install demo test lint docs lab screenshot clean-derived
 
 install: $(VENV)/.installed
 
@@ -34,6 +34,12 @@ NBVAL_NOTEBOOKS ?= notebooks/analyze.ipynb notebooks/report.ipynb
 test: install lint
 	$(PY) -m pytest $(PYTEST_ARGS)
 	$(PY) -m pytest --nbval-lax -p no:cacheprovider $(NBVAL_NOTEBOOKS)
+
+# The generated pages: docs/BENCHMARKS.md from benchmarks/results-*.json, docs/CATALOGUE.md from perflib's
+# registries (each with its prose in docs/src/); tests/test_benchmarks_page.py and test_catalogue.py fail when stale.
+docs: install
+	$(PY) scripts/benchmarks_page.py
+	$(PY) scripts/catalogue.py
 
 # JupyterLab on the clone; pick the kernel "perflib (venv)" that install registers (README).
 LAB_ARGS ?= $(if $(filter 0,$(shell id -u)),--allow-root)  # jupyter refuses root without it (CI, containers)

@@ -1,14 +1,20 @@
-"""The README's benchmark tables quote their committed JSON: each figure equals the JSON's, rounded as printed.
+"""docs/BENCHMARKS.md: written from the committed results JSON, and each printed figure that JSON's value.
 
-`CELLS` ties each table cell to the JSON value of each number it prints (in order), and `UNTIED` names the
-rows of those tables that no committed JSON holds, with the reason. A table is found by a unique piece of
-its header line, a row by a unique piece of its line (or the n-th row holding it), a column by its header.
-A number printed with d decimals must lie within half a unit of its d-th decimal of the JSON's value.
-Every row of a covered table must be tied or untied, so a new row cannot slip in unchecked.
+`scripts/benchmarks_page.py` writes the page from docs/src/benchmarks.md and `benchmarks/results-*.json`;
+a test here writes it again and compares it with the committed page (stale: run `make docs`).
+
+Independently of that script, `CELLS` ties each table cell to the JSON value of each number it prints (in
+order), and `UNTIED` names the rows of those tables that no committed JSON holds, with the reason. A table
+is found by a unique piece of its header line, a row by a unique piece of its line (or the n-th row holding
+it), a column by its header. A number printed with d decimals must lie within half a unit of its d-th
+decimal of the JSON's value. Every row of a covered table must be tied or untied, so a new row cannot slip
+in unchecked.
 """
 
 from __future__ import annotations
 
+import copy
+import importlib.util
 import json
 import re
 import statistics
@@ -19,7 +25,7 @@ from functools import cache
 import pytest
 from support import REPO
 
-README = REPO / "README.md"
+PAGE = REPO / "docs" / "BENCHMARKS.md"
 BENCHMARKS = REPO / "benchmarks"
 NUMBER = re.compile(r"(?<![\w.])[−-]?\d[\d,]*(?:\.\d+)?")
 """A number as printed (1,274; 0.59; −1.7), not the digits inside a name (H200, b10621)."""
@@ -344,7 +350,7 @@ UNTIED: dict[tuple[str, str], str] = {
 """(table, row) -> why the row has figures (or cells) no JSON holds; rows listed here may be partly tied."""
 
 
-# --- the README's tables ---------------------------------------------------------------------------------
+# --- the page's tables ---------------------------------------------------------------------------------
 
 def split_row(line: str) -> list[str]:
     return [c.strip() for c in line.strip().strip("|").split("|")]
@@ -370,7 +376,7 @@ def tables(text: str) -> dict[str, list[str]]:
 
 def find_table(all_tables: dict[str, list[str]], piece: str) -> tuple[str, list[str]]:
     headers = [h for h in all_tables if piece in h]
-    assert len(headers) == 1, f"{len(headers)} README table headers hold {piece!r}"
+    assert len(headers) == 1, f"{len(headers)} BENCHMARKS.md table headers hold {piece!r}"
     return headers[0], all_tables[headers[0]]
 
 
@@ -397,7 +403,7 @@ def as_printed(value: float, printed: str) -> bool:
 
 
 def check(cell: Cell, text: str) -> list[str]:
-    """What differs between the README's cell and its JSON (empty: every figure as the JSON says)."""
+    """What differs between the page's cell and its JSON (empty: every figure as the JSON says)."""
     header, rows = find_table(tables(text), cell.table)
     columns = split_row(header)
     assert cell.column in columns, f"no column {cell.column!r} in {header}"
@@ -406,7 +412,7 @@ def check(cell: Cell, text: str) -> list[str]:
     if len(printed) != len(cell.figures):
         return [f"{cell.row} / {cell.column}: prints {len(printed)} numbers {printed}, {len(cell.figures)} tied"]
     data = load(cell.source)
-    return [f"{cell.row} / {cell.column}: README prints {p}, {cell.source} gives {f(data)!r}"
+    return [f"{cell.row} / {cell.column}: page prints {p}, {cell.source} gives {f(data)!r}"
             for p, f in zip(printed, cell.figures, strict=True) if f is not None and not as_printed(float(f(data)), p)]
 
 
@@ -416,12 +422,12 @@ def _id(cell: Cell) -> str:
 
 
 @pytest.mark.parametrize("cell", CELLS, ids=[_id(c) for c in CELLS])
-def test_each_readme_figure_is_its_json_value_as_printed(cell):
-    assert check(cell, README.read_text(encoding="utf-8")) == []
+def test_each_figure_is_its_json_value_as_printed(cell):
+    assert check(cell, PAGE.read_text(encoding="utf-8")) == []
 
 
 def test_every_row_of_a_covered_table_is_tied_or_said_why_not():
-    text = README.read_text(encoding="utf-8")
+    text = PAGE.read_text(encoding="utf-8")
     all_tables = tables(text)
     for piece in sorted({c.table for c in CELLS}):
         header, rows = find_table(all_tables, piece)
@@ -439,7 +445,7 @@ def test_every_json_named_is_committed():
 
 def test_a_changed_figure_is_caught():
     """The check can fail: one printed figure moved by one unit of its last decimal is reported."""
-    text = README.read_text(encoding="utf-8")
+    text = PAGE.read_text(encoding="utf-8")
     cell = next(c for c in CELLS if c.source == "results-client_overhead.json" and c.column == "per round")
     header, rows = find_table(tables(text), cell.table)
     line = find_row(rows, cell.row)
@@ -452,37 +458,52 @@ def test_a_changed_figure_is_caught():
     assert check(cell, text.replace(line, changed, 1)) != []
 
 
-def test_the_opening_quotes_the_first_run_as_measured():
-    """The README's opening gives the install and build time ranges of results-first_run.json."""
-    text = README.read_text(encoding="utf-8")
-    runs = {r["load"]: r["steps"] for r in load("results-first_run.json")["runs"]}
-    install = re.search(r"installs perflib with its packages:\s+(\d+) s to (\d+) s", text)
-    build = re.search(r"sdist: (\d+\.\d) to\s+(\d+\.\d) minutes", text)
-    assert install and build, "the opening's first-run sentence is not where this test looks"
-    assert as_printed(runs["quiet"]["install"]["wall_s"], install[1]) and as_printed(runs["loaded"]["install"]["wall_s"], install[2])
-    assert as_printed(runs["quiet"]["build"]["wall_s"] / 60, build[1])
-    assert as_printed(runs["loaded"]["build"]["wall_s"] / 60, build[2])
-
-
-def test_the_opening_quotes_the_demo_as_measured():
-    """The README's 'after that' demo figures, quiet and loaded, and the loaded wait and contended runs,
-    are results-demo_run.json's."""
-    text = " ".join(README.read_text(encoding="utf-8").split())
-    runs = {r["load"]: r["steps"]["demo"] for r in load("results-demo_run.json")["runs"]}
-    said = re.search(r"`make demo` took (\d+) s quiet and (\d+) s beside two CPU burners .*? loaded, (\d+) s of it "
-                     r"were the runner's bounded wait for quiet CPUs, after which it measured anyway and marked "
-                     r"all (\d+) runs contended", text)
-    assert said, "the opening's demo sentence is not where this test looks"
-    assert as_printed(runs["quiet"]["wall_s"], said[1]) and as_printed(runs["loaded"]["wall_s"], said[2])
-    summary = runs["loaded"]["summary"]
-    assert f"waited {said[3]} s in all for quiet CPUs" in summary, summary
-    assert f"{said[4]} runs kept marked contended" in summary and f"{said[4]} runs measured" in summary, summary
-    assert all(r["exit"] == 0 for r in runs.values())
-
-
 @pytest.mark.parametrize(("value", "printed", "ok"), [(1.2637, "1.26", True), (1.2651, "1.26", False),
                                                       (401.95, "402", True), (0.5892, "0.59", True),
                                                       (-1.68, "-1.7", True), (53.96, "54.0", True),
                                                       (53.96, "54.1", False)])
 def test_as_printed(value, printed, ok):
     assert as_printed(value, printed) is ok
+
+
+# --- the page as the script writes it --------------------------------------------------------------------
+
+def _script():
+    spec = importlib.util.spec_from_file_location("benchmarks_page", REPO / "scripts" / "benchmarks_page.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_committed_page_is_what_the_script_writes():
+    """Stale when the prose, a results JSON or the script changed without `make docs`."""
+    page = _script()
+    assert page.render(page.SOURCE.read_text(encoding="utf-8")) == PAGE.read_text(encoding="utf-8"), \
+        "docs/BENCHMARKS.md is stale: run `make docs` (python scripts/benchmarks_page.py)"
+    assert page.main(["--check"]) == 0
+
+
+def test_a_changed_result_changes_the_page(monkeypatch):
+    """The comparison can fail: one JSON figure moved gives a different page, in that figure's cell only."""
+    page = _script()
+    moved = copy.deepcopy(load("results-first_run.json"))
+    quiet = one(moved["runs"], load="quiet")["steps"]["install"]
+    quiet["wall_s"] += 10
+    real = page.load
+    monkeypatch.setattr(page, "load", lambda name: moved if name == "results-first_run.json" else real(name))
+    text = page.render(page.SOURCE.read_text(encoding="utf-8"))
+    changed = [(a, b) for a, b in zip(PAGE.read_text(encoding="utf-8").splitlines(), text.splitlines(), strict=True)
+               if a != b]
+    assert len(changed) == 1 and changed[0][0].startswith("| `make install`"), changed
+    assert f"| {quiet['wall_s']:.0f} s |" in changed[0][1]
+
+
+def test_every_table_is_placed_once_and_no_marker_is_unknown():
+    page = _script()
+    source = page.SOURCE.read_text(encoding="utf-8")
+    assert sorted(page.MARKER.findall(source)) == sorted(page.TABLES)
+    with pytest.raises(ValueError, match="unknown table markers \\['nosuch'\\]"):
+        page.render(source + "\n<!-- table: nosuch -->\n")
+    first = page.MARKER.search(source).group(0)
+    with pytest.raises(ValueError, match="tables never placed"):
+        page.render(source.replace(first, "", 1))
