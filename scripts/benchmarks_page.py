@@ -100,6 +100,28 @@ def first_run() -> str:
          *(num(runs[k]["loadavg_1min_at_start"], 2) for k in ("quiet", "loaded"))]])
 
 
+def demo_run() -> str:
+    runs = {r["load"]: r for r in load("results-demo_run.json")["runs"]}
+
+    def said(load_: str) -> str:
+        """The runner's last line, cut to its contention figures."""
+        summary = runs[load_]["steps"]["demo"]["summary"]
+        waited = re.search(r"waited (\d+) s in all for quiet CPUs", summary)
+        kept = re.search(r"(\d+) runs kept marked contended", summary)
+        measured = re.search(r"(\d+) runs measured", summary)
+        if not (waited and kept and measured):
+            raise ValueError(f"results-demo_run.json: {load_} summary has no contention figures: {summary!r}")
+        return f"waited {waited[1]} s for quiet CPUs; {kept[1]} of {measured[1]} runs kept marked contended"
+
+    loads = ("quiet", "loaded")
+    return table(["`make demo` after the first run", "quiet", "loaded"], "lrr", [
+        ["`make install` in a fresh clone (llama-server reused)",
+         *(f"{num(runs[k]['steps']['install']['wall_s'], 0)} s" for k in loads)],
+        ["`make demo`", *(f"{num(runs[k]['steps']['demo']['wall_s'], 0)} s" for k in loads)],
+        ["the runner's last line", *map(said, loads)],
+        ["load average (1 min) when the column started", *(num(runs[k]["loadavg_1min_at_start"], 2) for k in loads)]])
+
+
 def client_first() -> str:
     j = load("results-client_overhead-2026-11-29.json")
 
@@ -328,7 +350,7 @@ def trace_cut_kineto() -> str:
 
 
 TABLES: dict[str, Callable[[], str]] = {f.__name__: f for f in (
-    first_run, client_first, client_paired, client_epoll, client_h200, client_lockstep, client_ceiling,
+    first_run, demo_run, client_first, client_paired, client_epoll, client_h200, client_lockstep, client_ceiling,
     campaign_overhead, trace_csv, trace_what, trace_goals, trace_cut_csv, trace_cut_kineto)}
 """Each table the prose places with `<!-- table: NAME -->`, by name."""
 

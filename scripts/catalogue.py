@@ -26,6 +26,8 @@ import inspect
 import re
 import sys
 import textwrap
+import types
+import typing
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -68,6 +70,11 @@ def table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
         return "|" + "|".join(f" {c} " if c else " " for c in cells) + "|"
 
     return "\n".join([line(header), line(["---"] * len(header)), *map(line, rows)])
+
+
+def first_paragraph(doc: str | None) -> str:
+    """A docstring's first paragraph, on one line."""
+    return " ".join((doc or "").strip().split("\n\n")[0].split())
 
 
 def first_line(doc: str | None) -> str:
@@ -312,11 +319,83 @@ def section_classes() -> str:
                  rows) + note
 
 
+# --- campaign file keys -------------------------------------------------------------------------------------
+
+TYPE_WORDS = {str: "text", int: "integer", float: "number", bool: "true or false", Path: "path", Any: "any"}
+
+
+def holds(tp: Any) -> str:
+    """What a key's value is, in words, its nested entries linked to their own table."""
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
+    if origin in (typing.Union, types.UnionType):
+        kinds = [holds(a) for a in args if a is not type(None)]
+        return " or ".join(kinds) + (" or null" if type(None) in args else "")
+    if origin is tuple:
+        return f"list of {holds(args[0])}" if len(args) == 2 and args[1] is Ellipsis else "list"
+    if origin is dict:
+        return f"mapping of {holds(args[0])} to {holds(args[1])}"
+    if origin is typing.Literal:
+        return "one of " + ", ".join(code(a) for a in args)
+    if dataclasses.is_dataclass(tp):
+        return f"[{tp.__name__}](#{tp.__name__.lower()})"
+    return TYPE_WORDS.get(tp, getattr(tp, "__name__", str(tp)))
+
+
+def nested(tp: Any) -> list[type]:
+    """The dataclasses a key's type holds (its entries' own keys)."""
+    if dataclasses.is_dataclass(tp):
+        return [tp]
+    return [c for a in typing.get_args(tp) for c in nested(a)]
+
+
+def default_of(f: dataclasses.Field) -> str:
+    if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+        return "required"
+    value = f.default if f.default is not dataclasses.MISSING else f.default_factory()
+    if value is None or value == () or value == {} or value == "":
+        return ""
+    if dataclasses.is_dataclass(value) or (isinstance(value, tuple) and any(map(dataclasses.is_dataclass, value))):
+        return "see below"
+    return code(str(value))
+
+
+def accepts(f: dataclasses.Field) -> str:
+    """The values a key accepts beyond its type: its choices, or what its check says it expects."""
+    meta = f.metadata
+    if meta.get("choices"):
+        return "one of " + ", ".join(code(c) for c in meta["choices"])
+    said = " ".join((getattr(meta.get("check"), "__doc__", None) or "").split())
+    if not said.startswith("A check:"):  # a check that does not say what it expects in words
+        return ""
+    return esc(said.removeprefix("A check:").split(". ")[0].split("; None passes")[0].strip().rstrip("."))
+
+
+def section_campaign_keys() -> str:
+    """One table per declared class of a campaign file, from `perflib.config.model` (`Campaign` down)."""
+    from perflib.config.declare import keys_of  # late: the declarations, read only for this section
+    from perflib.config.model import Campaign  # late: the same
+
+    order: list[type] = [Campaign]
+    parts = []
+    for cls in order:
+        hints, docs = typing.get_type_hints(cls), attribute_docs(cls)
+        rows = []
+        for name, f in keys_of(cls).items():
+            tp = f.metadata.get("yaml") or hints[name]
+            order.extend(c for c in nested(hints[name]) if c not in order)
+            rows.append([code(name), holds(tp), default_of(f), accepts(f), esc(docs.get(name, ""))])
+        title = "The file's top level." if cls is Campaign else first_paragraph(cls.__doc__)
+        parts.append(f"### {cls.__name__}\n\n{esc(title)}\n\n"
+                     + table(["key", "holds", "default", "accepts", "what"], rows))
+    return "\n\n".join(parts)
+
+
 SECTIONS: dict[str, Callable[[], str]] = {
     "formats": section_formats, "read_modes": section_read_modes, "dialects": section_dialects,
     "dialect_metrics": dialect_metrics, "profilers": section_profilers, "presets": section_presets,
     "placeholders": section_placeholders, "build_backends": section_build_backends,
     "measurements": section_measurements, "playbooks": section_playbooks, "classes": section_classes,
+    "campaign_keys": section_campaign_keys,
 }
 """Each section the prose places with `<!-- section: NAME -->`, by name."""
 

@@ -336,7 +336,25 @@ def cells_first_run() -> list[Cell]:
     return out
 
 
-CELLS: list[Cell] = [*cells_client_first(), *cells_client_paired(), *cells_client_epoll(), *cells_client_h200(),
+def cells_demo_run() -> list[Cell]:
+    table, src = "| `make demo` after the first run |", "results-demo_run.json"
+
+    def summary(ld: str, pattern: str) -> Figure:
+        return lambda j: float(re.search(pattern, one(j["runs"], load=ld)["steps"]["demo"]["summary"])[1])
+
+    out = []
+    for ld in ("quiet", "loaded"):
+        run = lambda j, ld=ld: one(j["runs"], load=ld)  # noqa: E731
+        out += [Cell(table, "| `make install`", ld, src, (lambda j, r=run: r(j)["steps"]["install"]["wall_s"],)),
+                Cell(table, "| `make demo` |", ld, src, (lambda j, r=run: r(j)["steps"]["demo"]["wall_s"],)),
+                Cell(table, "| the runner's last line", ld, src,
+                     (summary(ld, r"waited (\d+) s in all"), summary(ld, r"(\d+) runs kept marked contended"),
+                      summary(ld, r"(\d+) runs measured"))),
+                Cell(table, "| load average", ld, src, (lambda j, r=run: r(j)["loadavg_1min_at_start"],))]
+    return out
+
+
+CELLS: list[Cell] = [*cells_demo_run(), *cells_client_first(), *cells_client_paired(), *cells_client_epoll(), *cells_client_h200(),
                      *cells_client_lockstep(), *cells_client_ceiling(), *cells_campaign_overhead(), *cells_trace_csv(),
                      *cells_trace_goals(), *cells_trace_goals_other(),
                      *cells_trace_what(), *cells_trace_cut(), *cells_first_run()]
