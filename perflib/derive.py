@@ -32,17 +32,21 @@ COLUMNS: dict[str, list[str]] = {
                     "decode_steps", "decode_tokens", "own_step_share", "prefill_share", "other_share", "window_ms",
                     "trace_loss", "profiler_loss"],
     "trace_runs": KEYS + ["dispatches", "window_ms", "busy_ms", "gap_ms", "busy_share", "steps", "busy_ms_per_step",
-                          "gap_ms_per_step", "step_method", "steps_guessed"],
+                          "gap_ms_per_step", "step_method", "steps_guessed", *attribution.DECODE_COLUMNS],
     "classes": KEYS + ["kernel_class", "time_ms", "count", "ms_per_step", "share"],
     "kernels": KEYS + ["kernel", "kernel_class", "time_ms", "count", "ms_per_step", "share"],
     "gaps": KEYS + ["bucket", "gap_ms", "count"],
-    "steps": KEYS + ["step", "start_ns", "end_ns", "busy_ms", "gap_ms", "dispatches"],
+    "steps": KEYS + ["step", "start_ns", "end_ns", "busy_ms", "gap_ms", "dispatches", "phase"],
+    "phases": KEYS + attribution.PHASE_COLUMNS,
 }
 SORT: dict[str, list[str]] = {
     "runs": KEYS, "trace_runs": KEYS, "classes": KEYS + ["kernel_class"], "kernels": KEYS + ["kernel"],
-    "gaps": KEYS, "steps": KEYS + ["step"],
+    "gaps": KEYS, "steps": KEYS + ["step"], "phases": KEYS,
 }
 GAP_ORDER = ["<10us", "10-50us", "50-200us", "0.2-1ms", "1-5ms", ">=5ms"]
+PHASE_ORDER = [*attribution.PHASES, "unknown"]
+ORDERED = {"gaps": ("bucket", GAP_ORDER), "phases": ("phase", PHASE_ORDER)}
+"""Tables whose rows within a run follow a fixed order of one column, not its alphabet."""
 FLOAT_FORMAT = None
 """Floats as Python's shortest repr that reads back as the same number (with `ROUND_TRIP`): a page drawn
 from `data/derived` alone is then the page drawn from `data/raw`, to the last digit it shows (six
@@ -58,7 +62,7 @@ def empty(name: str) -> pd.DataFrame:
 
 @dataclass(frozen=True)
 class DerivedTables:
-    """The six derived tables of one campaign, plus notes on what could not be derived and why."""
+    """The derived tables of one campaign, plus notes on what could not be derived and why."""
 
     runs: pd.DataFrame = field(default_factory=lambda: empty("runs"))
     trace_runs: pd.DataFrame = field(default_factory=lambda: empty("trace_runs"))
@@ -67,6 +71,7 @@ class DerivedTables:
     gaps: pd.DataFrame = field(default_factory=lambda: empty("gaps"))
     steps: pd.DataFrame = field(default_factory=lambda: empty("steps"))
     notes: tuple[str, ...] = ()
+    phases: pd.DataFrame = field(default_factory=lambda: empty("phases"))
 
     def table(self, name: str) -> pd.DataFrame:
         return getattr(self, name)
@@ -82,8 +87,9 @@ def normalize(name: str, frame: pd.DataFrame) -> pd.DataFrame:
     frame = frame[COLUMNS[name] + extra]
     if len(frame):
         by = [c for c in SORT[name] if c in frame.columns]
-        if name == "gaps":
-            frame = frame.assign(_o=frame["bucket"].map({b: i for i, b in enumerate(GAP_ORDER)}))
+        if name in ORDERED:
+            column, order = ORDERED[name]
+            frame = frame.assign(_o=frame[column].map({b: i for i, b in enumerate(order)}))
             by = by + ["_o"]
         frame = frame.sort_values(by, kind="stable").drop(columns=[c for c in ["_o"] if c in frame.columns])
     return frame.reset_index(drop=True)
@@ -258,9 +264,9 @@ def _attributed_trace(campaign: Campaign, spec: Any, run: RunSpec, run_dir: Path
                                      "busy_share": summary.busy_share, "steps": summary.steps,
                                      "busy_ms_per_step": summary.busy_ms_per_step,
                                      "gap_ms_per_step": summary.gap_ms_per_step, "step_method": summary.step_method,
-                                     "steps_guessed": summary.steps_guessed}]),
+                                     "steps_guessed": summary.steps_guessed, **summary.decode_columns()}]),
         "classes": summary.classes, "kernels": summary.kernels, "gaps": summary.gap_buckets,
-        "steps": summary.step_table})
+        "steps": summary.step_table, "phases": summary.phases})
     runcache.save(folder, key, done)
     return done
 
@@ -341,14 +347,14 @@ def build(campaign: Campaign, data_dir: Path | None = None) -> DerivedTables:
     rows = _run_folder_rows(campaign, parts, notes)
     _trace_only_tables(campaign, parts, notes)
     out = {"runs": pd.DataFrame(rows) if rows else empty("runs")}
-    for name in ("trace_runs", "classes", "kernels", "gaps", "steps"):
+    for name in ("trace_runs", "classes", "kernels", "gaps", "steps", "phases"):
         frames = [f for f in parts[name] if len(f)]
         out[name] = pd.concat(frames, ignore_index=True) if frames else empty(name)
     return DerivedTables(**{k: normalize(k, v) for k, v in out.items()}, notes=tuple(notes))
 
 
 def write(tables: DerivedTables, out_dir: Path) -> list[Path]:
-    """Write the six CSV files (and `notes.json`) into `out_dir`; returns the paths written."""
+    """Write the CSV files (and `notes.json`) into `out_dir`; returns the paths written."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     written = []

@@ -32,10 +32,10 @@ from perflib.version import __version__
 if TYPE_CHECKING:
     import pandas as pd
 
-ATTRIBUTION_VERSION = 1
+ATTRIBUTION_VERSION = 2
 """Raised whenever attribution, its windows or this stored form change what a run's tables hold."""
 
-TABLES = ("trace_runs", "classes", "kernels", "gaps", "steps")
+TABLES = ("trace_runs", "classes", "kernels", "gaps", "steps", "phases")
 RECORD = "attributed.json"
 _DIGEST_KEY = b"perflib.runcache.key"
 

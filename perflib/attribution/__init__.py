@@ -6,6 +6,8 @@
 - `markers`: steps from the ranges a trace marks (engine annotations, `ProfilerStep#N`, named ones).
 - `rhythm`: steps from the dispatch rhythm (the step's period, not the layer's).
 - `level`: a run folder's window and step count, as the campaign page reads them.
+- `phases`: each engine step's phase (prefill, mixed, decode, empty) from its range's name, and the
+  figures per phase.
 - `summary`: `summarize(trace, window, classes, steps)` → `TraceSummary` (GPU busy, host gaps by
   size, largest gaps, per-step figures, time by kernel and by kernel class).
 - `codes`: kinds and kernel names of a dispatch table as integer codes.
@@ -20,6 +22,7 @@ from perflib.attribution.markers import (
     marked_steps,
     window_from_step_annotations,
 )
+from perflib.attribution.phases import DECODE_COLUMNS, PHASE_COLUMNS, PHASES, phase_of
 from perflib.attribution.rhythm import MIN_STEPS
 from perflib.attribution.steps import StepCount, StepSplit, find_steps
 from perflib.attribution.summary import GAP_BUCKETS, TraceSummary, busy_ns, gap_buckets, summarize
@@ -40,6 +43,7 @@ from perflib.attribution.windows import (
 )
 
 __all__ = [
+    "DECODE_COLUMNS", "PHASES", "PHASE_COLUMNS", "phase_of",
     "DEFAULT_STEP_MARKER", "ENGINE_FAMILIES", "GAP_BUCKETS", "MIN_STEPS", "Coverage", "DecodeWindow", "LevelWindow", "StepCount",
     "StepFamily", "StepSplit", "TraceSummary", "Window", "busy_ns", "coverage", "decode_window_from_run", "find_steps",
     "gap_buckets", "manifest_window", "marked_steps", "parse_window", "run_window", "summarize", "trace_span",

@@ -7,9 +7,18 @@ one SGLang trace) does not count the step twice:
 1. a range the campaign names (`profiler.step_marker`, or `trace summary --steps REGEX`): NVTX, roctx
    or annotation names;
 2. SGLang's `step[DECODE bs=32]` / `step[EXTEND bs=8 toks=4096]` (`ModelRunner.forward`'s span);
-3. vLLM's `execute_model` / `execute_<n>_context_...generation_...` ranges and vLLM V1's
-   `execute_context_<n>(<tokens>)_generation_<m>(<n>)` (the model runner's `record_function`);
-4. the PyTorch profiler's `ProfilerStep#N`.
+3. vLLM's `execute_model` / `execute_<r>_context_<n>(...)_generation_<m>(...)` ranges and vLLM V1's
+   `execute_context_<n>(...)_generation_<m>(...)` (the model runner's `record_function`), anything
+   inside the parentheses (`execute_context_1(888_788544)_generation_0(0)`);
+4. vLLM 0.8's steps marked only as Python frames, `gpu_model_runner.py(N): execute_model` (Kineto
+   `python_function` events of a `with_stack` trace, which the reader keeps for this);
+5. the PyTorch profiler's `ProfilerStep#N`.
+
+A named range (1) that matches no range with GPU work in the window is an error naming the pattern and
+the ranges the trace does hold, never a fall back to the engines' ranges or the rhythm: the figures
+asked for are those of the named steps. Each step keeps the name of its range, from which
+`perflib.attribution.phases` reads its phase (SGLang's `EXTEND`/`DECODE`, vLLM's context/generation
+counts).
 
 A range seen on the GPU stream (Kineto's `gpu_user_annotation`) covers the kernels launched inside
 it and is used as it stands. A host range precedes its kernels (the launch queue, a CUDA/HIP graph
@@ -45,7 +54,8 @@ class StepFamily:
 ENGINE_FAMILIES: tuple[StepFamily, ...] = (
     StepFamily("SGLang step[...] annotations", r"^step\["),
     StepFamily("vLLM execute_... annotations",
-               r"^execute_(?:model\b|\d+_context_\d+|context_\d+\(\d+\)_generation_\d+\(\d+\))"),
+               r"^execute_(?:model\b|\d+_context_\d+|(?:\d+_)?context_\d+\(.*\)_generation_\d+\()"),
+    StepFamily("vLLM execute_model Python frames", r"gpu_model_runner\.py\(\d+\): execute_model$"),
     StepFamily("ProfilerStep# markers", DEFAULT_STEP_MARKER),
 )
 """The engines' own step ranges, in the order they are tried after a named one."""
@@ -60,6 +70,8 @@ class MarkedSteps:
     method: str
     family: str
     span: tuple[int, int]  # earliest start to latest end of the ranges and their GPU spans, unclipped
+    names: np.ndarray | None = None  # each step's range name (object array of str)
+    named: bool = False  # the ranges of a named pattern (`--steps REGEX`, `profiler.step_marker`)
 
 
 def check_pattern(step_marker: str | None, named: str = "step_marker") -> None:
@@ -131,26 +143,30 @@ def _on_gpu(host: pd.DataFrame, launched: pd.DataFrame) -> tuple[np.ndarray, np.
     return lo, hi
 
 
-def _family_ranges(hits: pd.DataFrame, launched: pd.DataFrame | None) -> tuple[np.ndarray, np.ndarray, str]:
-    """One family's steps on the GPU timeline (unclipped, sorted) and which side they came from."""
+def _family_ranges(hits: pd.DataFrame, launched: pd.DataFrame | None
+                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray, str]:
+    """One family's steps on the GPU timeline (unclipped, sorted), their range names, and which side
+    they came from."""
     on_gpu = hits["domain"].astype(str).str.lower().str.contains("gpu").to_numpy()
     gpu, host = _outermost(hits[on_gpu]), _outermost(hits[~on_gpu])
     gs, ge = gpu["start_ns"].to_numpy(np.int64), gpu["end_ns"].to_numpy(np.int64)
+    gn = gpu["name"].astype(str).to_numpy(dtype=object)
     if launched is None:  # no launch calls to join: host ranges as they stand, unless seen on the GPU
         host = host[~host["name"].isin(set(gpu["name"]))]
         hs, he, how = host["start_ns"].to_numpy(np.int64), host["end_ns"].to_numpy(np.int64), "as they stand"
+        hn = host["name"].astype(str).to_numpy(dtype=object)
     else:
         hs, he = _on_gpu(host, launched)
-        names, gpu_names = host["name"].to_numpy(), gpu["name"].to_numpy()
+        names = host["name"].astype(str).to_numpy(dtype=object)
         keep = hs >= 0
         for i in np.flatnonzero(keep) if gs.size else ():  # the step seen on the GPU stream: keep that copy
-            keep[i] = not bool(np.any((gpu_names == names[i]) & (gs < he[i]) & (ge > hs[i])))
-        hs, he, how = hs[keep], he[keep], "on the kernels they launched"
+            keep[i] = not bool(np.any((gn == names[i]) & (gs < he[i]) & (ge > hs[i])))
+        hs, he, hn, how = hs[keep], he[keep], names[keep], "on the kernels they launched"
     side = ("GPU ranges" if hs.size == 0 else f"host ranges, {how}" if gs.size == 0
             else f"GPU ranges and host ranges, {how}")
     starts, ends = np.concatenate([gs, hs]), np.concatenate([ge, he])
     order = np.argsort(starts, kind="stable")
-    return starts[order], ends[order], side
+    return starts[order], ends[order], np.concatenate([gn, hn])[order], side
 
 
 def _ranges(markers: pd.DataFrame) -> pd.DataFrame:
@@ -162,35 +178,75 @@ def _ranges(markers: pd.DataFrame) -> pd.DataFrame:
 def marked_steps(trace: Any, window: Window | None, step_marker: str | None = None,
                  named: str = "step_marker") -> MarkedSteps | None:
     """Steps from the first family (see the module) with a step on the GPU inside the window (any
-    window where None); None where no family has one."""
+    window where None); None where no family has one. A `step_marker` that gives no step is a
+    `PerflibError` (`no_match_error`)."""
     markers = markers_of(trace)
     if markers is None or len(markers) == 0:
+        if step_marker:
+            raise no_match_error(step_marker, named, None, window, 0)
         return None
     ranges = _ranges(markers)
     names = ranges["name"].astype(str)
     launched = _launch_times(trace)
-    for family in families(step_marker, named):
+    for i, family in enumerate(families(step_marker, named)):
+        is_named = bool(step_marker) and i == 0
         hits = ranges[names.str.contains(family.pattern, regex=True)]
-        if len(hits) == 0:
-            continue
-        starts, ends, side = _family_ranges(hits, launched)
-        if starts.size == 0:
-            continue
-        span = (int(min(starts.min(), hits["start_ns"].min())), int(max(ends.max(), hits["end_ns"].max())))
-        ends = np.minimum(ends, np.append(starts[1:], np.iinfo(np.int64).max))  # a step ends where the next begins
-        if window is not None:
-            starts, ends = np.maximum(starts, window.start_ns), np.minimum(ends, window.end_ns)
-        keep = ends > starts
-        if keep.any():
-            return MarkedSteps(starts[keep], ends[keep], f"{family.label} ({side})", family.label, span)
+        found = _steps_of(hits, launched, window, family, is_named) if len(hits) else None
+        if found is not None:
+            return found
+        if is_named:
+            raise no_match_error(step_marker, named, ranges, window, len(hits))
     return None
 
 
-def window_from_step_annotations(trace: Any, step_marker: str | None = None) -> Window:
+def _steps_of(hits: pd.DataFrame, launched: pd.DataFrame | None, window: Window | None, family: StepFamily,
+              is_named: bool) -> MarkedSteps | None:
+    """One family's steps clipped to the window, or None where none has GPU work inside it."""
+    starts, ends, step_names, side = _family_ranges(hits, launched)
+    if starts.size == 0:
+        return None
+    span = (int(min(starts.min(), hits["start_ns"].min())), int(max(ends.max(), hits["end_ns"].max())))
+    ends = np.minimum(ends, np.append(starts[1:], np.iinfo(np.int64).max))  # a step ends where the next begins
+    if window is not None:
+        starts, ends = np.maximum(starts, window.start_ns), np.minimum(ends, window.end_ns)
+    keep = ends > starts
+    if not keep.any():
+        return None
+    return MarkedSteps(starts[keep], ends[keep], f"{family.label} ({side})", family.label, span, step_names[keep],
+                       is_named)
+
+
+NAMES_SHOWN = 6
+"""How many of a trace's range names a no-match error lists."""
+
+
+def no_match_error(step_marker: str, named: str, ranges: pd.DataFrame | None, window: Window | None,
+                   matched: int) -> PerflibError:
+    """The error of a named step pattern that gives no step: the pattern, what it matched, and the names
+    of the ranges the trace holds (the engines' step ranges first, then the most frequent others)."""
+    where = "" if window is None else f" inside the window ({window.label})"
+    what = (f"it matches {matched} range{'s' if matched != 1 else ''}, none with GPU work{where}" if matched
+            else "it matches no range of the trace")
+    if ranges is None or not len(ranges):
+        seen = "the trace holds no named ranges (a trace cut to its dispatches keeps none)"
+    else:
+        counts = ranges["name"].astype(str).value_counts(sort=False)
+        engine = pd.Series([any(re.search(f.pattern, n) for f in ENGINE_FAMILIES) for n in counts.index],
+                           index=counts.index)
+        order = sorted(counts.index, key=lambda n: (not engine[n], -int(counts[n]), n))
+        shown = [f"{n[:80]!r} ({int(counts[n])})" for n in order[:NAMES_SHOWN]]
+        more = f", and {len(order) - NAMES_SHOWN} more" if len(order) > NAMES_SHOWN else ""
+        seen = f"the trace's ranges: {', '.join(shown)}{more}"
+    return PerflibError(f"{named} /{step_marker}/: no step: {what}; {seen}. Steps are counted from the ranges "
+                        "it names or not at all (no fall back to other ranges or the dispatch rhythm)")
+
+
+def window_from_step_annotations(trace: Any, step_marker: str | None = None,
+                                 named: str = "profiler.step_marker") -> Window:
     """The decode window of a trace-only capture: the span of its step ranges (the first family that
     has any, `marked_steps`), host ranges and their kernels both inside, so set-up and export fall
     outside it."""
-    found = marked_steps(trace, None, step_marker)
+    found = marked_steps(trace, None, step_marker, named)
     if found is None:
         markers = markers_of(trace)
         tried = ", ".join(f"/{f.pattern}/" for f in families(step_marker))

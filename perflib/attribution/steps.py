@@ -1,14 +1,16 @@
 """Steps of a window, from one source in a fixed order, the same wherever steps are counted.
 
 1. What the trace marks (`perflib.attribution.markers`): a range the campaign names, the engine's own
-   step annotations (SGLang `step[...]`, vLLM `execute_...`), the PyTorch profiler's `ProfilerStep#N`.
+   step annotations (SGLang `step[...]`, vLLM `execute_...` and its `execute_model` Python frames), the
+   PyTorch profiler's `ProfilerStep#N`. A named range that gives no step is an error, not a reason to
+   go on down the order.
 2. A count for the window from outside the trace (`StepCount`): the request records of a decode window,
    the server's counters of a level window (`perflib.attribution.level`).
 3. The dispatch rhythm (`perflib.attribution.rhythm`): a guess, and labelled one (`StepSplit.guessed`).
 
 A count given outright (`summarize(steps=N)`, `trace summary --steps N`) overrides the order. A step
 split is the boundaries `[starts[k], ends[k])` of each step found in the window and the method that
-found them, or a count with no boundaries.
+found them, or a count with no boundaries; marked steps carry their ranges' names (the engine's phase).
 """
 
 from __future__ import annotations
@@ -42,6 +44,11 @@ class StepSplit:
     guessed: bool = False
     """True where the steps come from the dispatch rhythm: inferred, neither marked by the engine nor
     counted by the client or the server."""
+    names: np.ndarray | None = None
+    """Each marked step's range name (`perflib.attribution.phases` reads its phase); None otherwise."""
+    named: bool = False
+    """The ranges a named pattern matched (`--steps REGEX`, `profiler.step_marker`): other steps may lie
+    between them, so per-step figures are taken inside these steps' spans only."""
 
 
 def _counted(count: int, method: str) -> StepSplit:
@@ -68,7 +75,7 @@ def find_steps(
     check_pattern(steps if isinstance(steps, str) else step_marker, named)
     marked = marked_steps(trace, window, steps if isinstance(steps, str) else step_marker, named)
     if marked is not None:
-        return StepSplit(marked.starts, marked.ends, marked.method)
+        return StepSplit(marked.starts, marked.ends, marked.method, names=marked.names, named=marked.named)
     if isinstance(steps, StepCount) and steps.count > 0:
         return _counted(steps.count, steps.source)
     found = steps_from_rhythm(codes, names, s, e, int(window.end_ns))

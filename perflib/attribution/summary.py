@@ -3,8 +3,11 @@
 Definitions (docs/reference/FORMATS.md §5): GPU busy = `|U|` of kernel, memcpy and memset dispatches
 clipped to the window; host gap = window − busy. Each idle stretch is charged to the dispatch that
 ends it (the trailing one to `tail`). Per-step figures follow docs/reference/SERVERS.md §5.2: window
-figure / steps. Everything here is a pure function over the canonical dispatch table
-(docs/SCHEMA.md §1), in int64 ns.
+figure / steps; where the steps are the ranges a named pattern matched (`--steps REGEX`,
+`profiler.step_marker`), other steps may lie between them, so the per-step figures (busy, gap,
+dispatches, kernel ms per step) are taken inside the matched steps' spans only. Where the engine names
+its steps' phases, the figures are also given per phase (`perflib.attribution.phases`). Everything here
+is a pure function over the canonical dispatch table (docs/SCHEMA.md §1), in int64 ns.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ import numpy as np
 import pandas as pd
 
 from perflib import classes as class_mod
+from perflib.attribution import phases as phase_mod
 from perflib.attribution.codes import kernel_codes, kind_codes
 from perflib.attribution.steps import StepCount, StepSplit, find_steps
 from perflib.attribution.windows import Window, dispatches_of, empty_window_error, trace_span
@@ -89,6 +93,19 @@ class TraceSummary:
     meta: dict[str, Any] = field(default_factory=dict)
     steps_guessed: bool = False
     """The step count is the dispatch rhythm's guess (`perflib.attribution.rhythm`), not marked or counted."""
+    phases: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=phase_mod.PHASE_COLUMNS))
+    """Per phase the engine names (`perflib.attribution.phases.PHASE_COLUMNS`); empty where it names none."""
+    phase_note: str = ""
+    """'no decode step in this capture: 8 prefill steps' where the steps have phases and none decodes."""
+    steps_named: bool = False
+    """The steps are the ranges a named pattern matched: per-step figures inside their spans only."""
+    steps_ms: float | None = None
+    """The steps' own time the per-step figures are over: their spans' sum where `steps_named`, else None
+    (the window)."""
+
+    def decode_columns(self) -> dict[str, Any]:
+        """The decode-phase columns of `trace_runs` (`perflib.attribution.phases.DECODE_COLUMNS`)."""
+        return phase_mod.decode_columns(self.phases)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready: scalars, gap buckets, top-N gaps and kernels, all classes; NaN becomes null."""
@@ -112,6 +129,12 @@ class TraceSummary:
             "kernels": _records(self.kernels.head(self.top)),
             "kernels_total": int(len(self.kernels)),
             "straddling_start": self.meta.get("straddling_start"),
+            "steps_named": self.steps_named,
+            "steps_ms": _num(self.steps_ms),
+            "phases": _records(self.phases),
+            "phase_note": self.phase_note or None,
+            "decode": {k: (v if isinstance(v, str) or v is None else _num(v))
+                       for k, v in self.decode_columns().items() if k != "phase_note"},
         }
 
 
@@ -141,7 +164,7 @@ def gap_buckets(gaps_ns: np.ndarray) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-_STEP_COLUMNS = ["step", "start_ns", "end_ns", "busy_ms", "gap_ms", "dispatches"]
+_STEP_COLUMNS = ["step", "start_ns", "end_ns", "busy_ms", "gap_ms", "dispatches", "phase"]
 
 
 def _largest_gaps(
@@ -160,8 +183,16 @@ def _largest_gaps(
     )
 
 
+def _phases(split: StepSplit) -> np.ndarray:
+    """Each step's phase from its range name (`perflib.attribution.phases`), '' where none is named."""
+    if split.names is None:
+        return np.full(split.starts.size, phase_mod.UNKNOWN, dtype=object)
+    return phase_mod.phases_of(split.names)
+
+
 def _step_table(split: StepSplit | None, gs: np.ndarray, ge: np.ndarray, s: np.ndarray) -> pd.DataFrame:
-    """One row per step with boundaries: busy (union inside the step), gap, dispatches starting in it."""
+    """One row per step with boundaries: busy (union inside the step), gap, dispatches starting in it,
+    and the phase its range names ('' where none)."""
     if split is None or split.count is not None:
         return pd.DataFrame(columns=_STEP_COLUMNS)
     busy = _busy_before(gs, ge, split.ends) - _busy_before(gs, ge, split.starts)
@@ -173,8 +204,27 @@ def _step_table(split: StepSplit | None, gs: np.ndarray, ge: np.ndarray, s: np.n
             "busy_ms": busy / _NS_PER_MS,
             "gap_ms": (split.ends - split.starts - busy) / _NS_PER_MS,
             "dispatches": (np.searchsorted(s, split.ends, "left") - np.searchsorted(s, split.starts, "left")).astype(np.int64),
+            "phase": _phases(split),
         }
     )
+
+
+def _phase_table(split: StepSplit | None, step_table: pd.DataFrame, gs: np.ndarray, ge: np.ndarray,
+                 s: np.ndarray) -> pd.DataFrame:
+    """The per-phase figures (`perflib.attribution.phases.phase_table`) over each step's period."""
+    if split is None or split.count is not None or not len(step_table):
+        return pd.DataFrame(columns=phase_mod.PHASE_COLUMNS)
+    lo = phase_mod.periods(split.starts, split.ends, split.named)
+    busy = _busy_before(gs, ge, split.ends) - _busy_before(gs, ge, lo)
+    count = np.searchsorted(s, split.ends, "left") - np.searchsorted(s, lo, "left")
+    return phase_mod.phase_table(step_table["phase"].to_numpy(dtype=object), lo, split.starts, split.ends, busy, count)
+
+
+def _in_steps(s: np.ndarray, e: np.ndarray, split: StepSplit) -> np.ndarray:
+    """Each dispatch's ns inside the steps' spans (sorted, none overlapping: a step ends where the next
+    begins)."""
+    starts, ends = split.starts.astype(np.int64), split.ends.astype(np.int64)
+    return (_busy_before(starts, ends, e) - _busy_before(starts, ends, s)).astype(np.float64)
 
 
 def _kernel_tables(
@@ -185,9 +235,12 @@ def _kernel_tables(
     e: np.ndarray,
     classes: Any,
     per_step: int | None,
+    in_steps: np.ndarray | None = None,
 ) -> tuple[pd.DataFrame, pd.DataFrame, Any]:
-    """Time (clipped), count, ms per step and share by kernel and by kernel class, sorted by time."""
+    """Time (clipped), count, ms per step and share by kernel and by kernel class, sorted by time.
+    `in_steps`: each dispatch's ns inside the steps, where the ms per step is over the steps only."""
     dur = np.bincount(codes, weights=(e - s).astype(np.float64), minlength=len(names))
+    step_dur = dur if in_steps is None else np.bincount(codes, weights=in_steps, minlength=len(names))
     cnt = np.bincount(codes, minlength=len(names))
     table = class_mod.resolve_table(classes, names, dur)
     kernel_class = table.classify_names(names)
@@ -207,13 +260,16 @@ def _kernel_tables(
             "kernel_class": np.asarray(kernel_class, dtype=object)[present],
             "time_ms": dur[present] / _NS_PER_MS,
             "count": cnt[present].astype(np.int64),
+            "_step_ms": step_dur[present] / _NS_PER_MS,
         }
     )
-    by_class = kernels.groupby("kernel_class", sort=False).agg(time_ms=("time_ms", "sum"), count=("count", "sum")).reset_index()
+    by_class = kernels.groupby("kernel_class", sort=False).agg(
+        time_ms=("time_ms", "sum"), count=("count", "sum"), _step_ms=("_step_ms", "sum")).reset_index()
     out = []
     for frame, key in ((kernels, "kernel"), (by_class, "kernel_class")):
-        frame["ms_per_step"] = frame["time_ms"] / per_step if per_step else np.nan
+        frame["ms_per_step"] = frame["_step_ms"] / per_step if per_step else np.nan
         frame["share"] = frame["time_ms"] / total_ms if total_ms > 0 else np.nan
+        frame = frame.drop(columns="_step_ms")
         out.append(frame.sort_values(["time_ms", key], ascending=[False, True], kind="stable").reset_index(drop=True))
     return out[0], out[1], table
 
@@ -258,7 +314,9 @@ def summarize(
     steps: the step source order of `perflib.attribution.steps` (the trace's step ranges, a count from
       outside the trace, the dispatch rhythm): None → that order; a `StepCount` → the count of source 2
       (request records, counters), used where the trace marks no steps; an int → that count outright,
-      no boundaries (method `given`); a str → a regex for step ranges tried before the engines' own.
+      no boundaries (method `given`); a str → a regex for the step ranges, used instead of the engines'
+      own: the per-step figures are then inside the matched steps' spans, and a regex that matches no
+      step is a `PerflibError` naming it and the ranges the trace holds.
     top: how many largest gaps, and how many kernels `to_dict()` lists.
     step_marker: the campaign's `profiler.step_marker`, a regex for step ranges tried first.
     Dispatch time in the kernel and class tables is clipped to the window; `share` is of the summed
@@ -284,7 +342,18 @@ def summarize(
     step_count = None if split is None else (split.count if split.count is not None else len(step_table))
     step_method = None if split is None else split.method
     per_step = step_count if step_count else None
-    kernels, by_class, table = _kernel_tables(dispatches, codes, names, s, e, classes, per_step)
+    named = bool(split is not None and split.named and len(step_table))
+    in_steps = _in_steps(s, e, split) if named else None
+    kernels, by_class, table = _kernel_tables(dispatches, codes, names, s, e, classes, per_step, in_steps)
+    phases = _phase_table(split, step_table, gs, ge, s)
+    step_busy, step_gap, step_dispatches = float(busy), float(total - busy), float(n)
+    steps_ms = None
+    if named:  # inside the matched steps' spans only (they tile no more than themselves)
+        assert split is not None  # for the type checker: `named` says so
+        step_busy = float((_busy_before(gs, ge, split.ends) - _busy_before(gs, ge, split.starts)).sum())
+        span = int((split.ends - split.starts).sum())
+        steps_ms, step_gap = span / _NS_PER_MS, float(span) - step_busy
+        step_dispatches = float(step_table["dispatches"].sum())
 
     return TraceSummary(
         window=window,
@@ -297,9 +366,9 @@ def summarize(
         largest_gaps=largest,
         steps=step_count,
         step_method=step_method,
-        busy_ms_per_step=busy / _NS_PER_MS / per_step if per_step else None,
-        gap_ms_per_step=(total - busy) / _NS_PER_MS / per_step if per_step else None,
-        dispatches_per_step=n / per_step if per_step else None,
+        busy_ms_per_step=step_busy / _NS_PER_MS / per_step if per_step else None,
+        gap_ms_per_step=step_gap / _NS_PER_MS / per_step if per_step else None,
+        dispatches_per_step=step_dispatches / per_step if per_step else None,
         step_table=step_table,
         classes=by_class,
         kernels=kernels,
@@ -307,4 +376,8 @@ def summarize(
         top=int(top),
         meta={"straddling_start": straddling},
         steps_guessed=bool(split is not None and split.guessed),
+        phases=phases,
+        phase_note=phase_mod.no_decode_note(phases),
+        steps_named=named,
+        steps_ms=steps_ms,
     )

@@ -20,7 +20,15 @@ busy_share as a fraction; the window's bounds in ns on the trace's clock):
   busy share       GPU busy / window (%)
   steps            how many steps the window holds, and where that count came from
                    (step annotations, request records, server counters, dispatch rhythm)
-  per step         GPU busy / steps, host gap / steps (ms) and dispatches / steps (count)
+  per step         GPU busy / steps, host gap / steps (ms) and dispatches / steps (count);
+                   with --steps REGEX, inside the matched steps' spans only (steps of
+                   other names may lie between them)
+  steps by phase   where the engine names its steps' phase (SGLang step[EXTEND ...] /
+                   step[DECODE ...], vLLM execute_context_<n>(...)_generation_<m>(...)):
+                   per phase (prefill, mixed, decode, empty) its steps (count) and per
+                   step: step = the period from the previous step's end to its own end,
+                   span = its own start to end, GPU busy and host gap (= step - busy)
+                   in the period (ms), dispatches; a capture with no decode step says so
   host gaps by size  gaps between consecutive busy intervals, bucketed by length:
                    count, summed length (ms) and share of all host gap (%)
   largest gaps     the longest gaps: where they start from the window start (ms), their
@@ -68,9 +76,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="built-in class table (mlx-rocm, pytorch-cuda, pytorch-rocm, llamacpp-cuda, llamacpp-rocm) "
                    "or auto: the one that leaves the least kernel time unclassified (default)")
     p.add_argument("--steps", metavar="N|REGEX",
-                   help="a step count (integer) used outright, or a regex for the ranges that mark one step each, "
-                   "tried first; default: the engine's step annotations (SGLang step[...], vLLM execute_...), "
-                   "ProfilerStep#N, the run's request records (--manifest), else the dispatch rhythm")
+                   help="a step count used outright, or a regex for the step ranges (figures then inside those steps; "
+                   "no match is an error); default: engine step ranges (SGLang step[...], vLLM execute_..., its Python "
+                   "frames), ProfilerStep#N, the request records (--manifest), else the dispatch rhythm")
     p.add_argument("--top", metavar="N", type=int_arg(0), default=10, help="kernels and largest gaps to list (default 10)")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of tables")
     p.set_defaults(func=run_summary, exit_at_once=True)  # it writes no file; its prefetch child is reaped
@@ -236,12 +244,25 @@ def format_summary(summary, trace) -> str:  # noqa: ANN001 - TraceSummary, Trace
         f"host gap {s.gap_ms:.3f} ms   busy share {_f(None if s.busy_share is None else 100 * s.busy_share, '{:.1f}', ' %')}",
     ]
     if s.steps:
+        inside = f" (inside the {s.steps} matched steps' spans, {s.steps_ms:.3f} ms)" if s.steps_named else ""
         lines.append(
-            f"steps    {s.steps}, steps from {s.step_method}   per step: busy {_f(s.busy_ms_per_step, unit=' ms')}   "
-            f"gap {_f(s.gap_ms_per_step, unit=' ms')}   dispatches {_f(s.dispatches_per_step, '{:.1f}')}"
+            f"steps    {s.steps}, steps from {s.step_method}   per step{inside}: busy "
+            f"{_f(s.busy_ms_per_step, unit=' ms')}   gap {_f(s.gap_ms_per_step, unit=' ms')}   "
+            f"dispatches {_f(s.dispatches_per_step, '{:.1f}')}"
         )
     else:
         lines.append("steps    n/a (no step ranges, no request records and no step rhythm found; pass --steps N)")
+    if len(s.phases):
+        period = "each step its own span" if s.steps_named else "each step from the previous step's end to its own end"
+        lines += ["", f"steps by phase ({period}; ms per step)"]
+        lines.append(tabulate(
+            [[r.phase, r.steps, f"{r.step_ms:.3f}", f"{r.span_ms_per_step:.3f}", f"{r.busy_ms_per_step:.3f}",
+              f"{r.gap_ms_per_step:.3f}", f"{r.dispatches_per_step:.1f}"] for r in s.phases.itertuples()],
+            headers=["phase", "steps", "step ms", "span ms", "GPU busy ms", "host gap ms", "dispatches"],
+            tablefmt="simple", disable_numparse=True,
+        ))
+        if s.phase_note:
+            lines.append(s.phase_note)
     lines += ["", "host gaps by size"]
     lines.append(tabulate(
         [[r.bucket, r.count, f"{r.gap_ms:.3f}", f"{100 * r.gap_ms / s.gap_ms:.1f}" if s.gap_ms > 0 else "n/a"]

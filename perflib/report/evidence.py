@@ -167,8 +167,10 @@ def profile(tables: DerivedTables, figure: dict | None) -> str:
              + (" A step count marked \"a guess\" comes from the dispatch rhythm alone: no step range, request "
                 "record or counter gave it, so the per-step figures of that level are estimates."
                 if any(r["steps"].endswith("(a guess)") for r in rows) else ""))
-    return join(section("Profile", intro, join(text, _gaps(tables), _classes(tables), _batch_classes(tables),
-                                               _batch_steps(tables)), f"{len(rows)} traced levels", figure))
+    intro = join(intro, _phase_lines(tables))
+    return join(section("Profile", intro, join(text, _phases(tables), _gaps(tables), _classes(tables),
+                                               _batch_classes(tables), _batch_steps(tables)),
+                        f"{len(rows)} traced levels", figure))
 
 
 def _lost_traces(tables: DerivedTables) -> dict[tuple[str, str, int, int], int]:
@@ -226,14 +228,43 @@ def _batch_classes(tables: DerivedTables) -> str:
 
 
 def _batch_steps(tables: DerivedTables) -> str:
-    rows = [{**_keys(r), "steps": int(r.steps), "step": fmt(r.step_ms, ".2f", " ms"),
+    rows = [{**_keys(r), "phase": escape_md(r.phase), "steps": int(r.steps), "step": fmt(r.step_ms, ".2f", " ms"),
              "range": f"{fmt(r.step_min_ms, '.2f')}–{fmt(r.step_max_ms, '.2f', ' ms')}",
              "busy": fmt(r.busy_ms, ".2f", " ms"), "gap": fmt(r.gap_ms, ".2f", " ms"),
              "dispatches": fmt(r.dispatches, ".0f")} for r in tb.batch_step_table(tables).itertuples(index=False)]
-    text, _ = table(rows, [*KEYS, Column("steps", "steps", True), Column("step", "step (median)", True),
-                           Column("range", "step range"), Column("busy", "GPU busy", True),
-                           Column("gap", "host gap", True), Column("dispatches", "dispatches", True)])
+    text, _ = table(rows, [*KEYS, Column("phase", "phase"), Column("steps", "steps", True),
+                           Column("step", "step (median)", True), Column("range", "step range"),
+                           Column("busy", "GPU busy", True), Column("gap", "host gap", True),
+                           Column("dispatches", "dispatches", True)])
+    if any(r["phase"] for r in rows):
+        return join("**Each step** of the traces by the phase its engine names (from the step markers; "
+                    "each step its own span):", text)
     return join("**Each decode step** of the traces (from the step markers):", text) if text else ""
+
+
+def _phases(tables: DerivedTables) -> str:
+    """The steps per phase the engine names, per traced level; '' where no trace names a phase."""
+    frame = tb.phase_level_table(tables)
+    rows = [{**_keys(r), "phase": escape_md(r.phase or "unknown"), "steps": spread(r, "steps", ".0f"),
+             "step": spread(r, "step_ms", ".2f", " ms"), "span": spread(r, "span_ms_per_step", ".2f", " ms"),
+             "busy": spread(r, "busy_ms_per_step", ".2f", " ms"), "gap": spread(r, "gap_ms_per_step", ".2f", " ms"),
+             "dispatches": fmt(r.dispatches_per_step, ".0f")} for r in frame.itertuples(index=False)]
+    text, _ = table(rows, [*KEYS, Column("phase", "phase", keep=True), Column("steps", "steps", True),
+                           Column("step", "step", True), Column("span", "span", True),
+                           Column("busy", "GPU busy / step", True), Column("gap", "host gap / step", True),
+                           Column("dispatches", "dispatches / step", True)])
+    intro = ("**Steps by phase**, as the engine names them (SGLang `step[EXTEND ...]`/`step[DECODE ...]`, vLLM's "
+             "context/generation counts): a step runs from the previous step's end to its own end (its span is "
+             "its own start to end), GPU busy and host gap are inside that; medians over repeats. The host-gap "
+             "verdicts read the decode steps only.")
+    return join(intro, text) if text else ""
+
+
+def _phase_lines(tables: DerivedTables) -> str:
+    """The levels with no decode step, and the batch composition the counters give where the traces name
+    no phase: one line each."""
+    lines = [*tb.phase_notes(tables), *tb.counted_composition(tables)]
+    return "\n".join(f"- {escape_md(line)}" for line in lines)
 
 
 def decomposition(tables: DerivedTables, figure: dict | None) -> str:

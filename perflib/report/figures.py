@@ -26,7 +26,7 @@ from matplotlib.figure import Figure
 from perflib import atomic, checks
 from perflib.config import Campaign
 from perflib.derive import DerivedTables
-from perflib.report.tables import LEVEL_KEYS, floor_table, level_table, trace_level_table
+from perflib.report.tables import LEVEL_KEYS, decode_level_table, floor_table, level_table
 
 DPI = 100
 LEVEL_AXIS = "level: b = batch (requests), c = context (tokens)"
@@ -302,9 +302,9 @@ def plot_before_after(tables: DerivedTables, arms: Sequence[str]) -> Plot | None
 
 
 def plot_profile(tables: DerivedTables) -> Plot | None:
-    """GPU busy and host gap ms per step per traced level (stacked; medians over repeats). None with no
-    kernel trace."""
-    table = trace_level_table(tables)
+    """GPU busy and host gap ms per step per traced level (stacked; medians over repeats), of the decode
+    steps alone where the engine names its steps' phases (`decode_level_table`). None with no kernel trace."""
+    table = decode_level_table(tables)
     if not len(table) or not _finite(table[["busy_ms_per_step", "gap_ms_per_step"]].to_numpy().ravel()):
         return None
     parts = _varying(table)

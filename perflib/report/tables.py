@@ -235,6 +235,23 @@ def trace_level_table(tables: DerivedTables) -> pd.DataFrame:
     return out.merge(methods, on=LEVEL_KEYS, how="left").merge(guessed, on=LEVEL_KEYS, how="left")
 
 
+def decode_level_table(tables: DerivedTables) -> pd.DataFrame:
+    """`trace_level_table` with GPU busy and host gap per step of the decode steps alone where the
+    engine names its steps' phases (the `trace_runs` decode columns; NaN at a level with no decode
+    step): what a "per decode step" figure shows. Levels whose steps have no phase keep the window's."""
+    out = trace_level_table(tables)
+    tr = tables.trace_runs
+    if not len(out) or "decode_steps" not in tr.columns or pd.to_numeric(tr["decode_steps"], errors="coerce").isna().all():
+        return out
+    decode = _median_levels(tr, ["decode_steps", "decode_busy_ms_per_step", "decode_gap_ms_per_step"])
+    out = out.merge(decode[[*LEVEL_KEYS, "decode_steps", "decode_busy_ms_per_step", "decode_gap_ms_per_step"]],
+                    on=LEVEL_KEYS, how="left")
+    phased = out["decode_steps"].notna()
+    for col in ("busy_ms_per_step", "gap_ms_per_step"):
+        out.loc[phased, col] = out.loc[phased, f"decode_{col}"]
+    return out.drop(columns=["decode_steps", "decode_busy_ms_per_step", "decode_gap_ms_per_step"])
+
+
 def _truthy(frame: pd.DataFrame, column: str) -> pd.Series:
     """A boolean column read back from CSV (True, 'True', 1), False where absent."""
     if column not in frame.columns:
@@ -285,22 +302,99 @@ def batch_class_table(tables: DerivedTables) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def _phase_text(frame: pd.DataFrame) -> pd.Series:
+    """A `phase` column read back from CSV as text ('' where the steps have none)."""
+    if "phase" not in frame.columns:
+        return pd.Series("", index=frame.index, dtype=object)
+    return checks.text(frame["phase"]).replace("unknown", "")
+
+
 def batch_step_table(tables: DerivedTables) -> pd.DataFrame:
     """Batch 1 to batch B per step: median and range of step, GPU busy and host gap ms per step
-    (from the steps table, repeat by repeat pooled), per (arm, backend, context, batch)."""
+    (from the steps table, repeat by repeat pooled), per (arm, backend, context, batch) and, where the
+    engine names them, per phase (`phase`, '' where none): decode steps are never pooled with prefill."""
     st = tables.steps
     if st is None or not len(st):
-        return pd.DataFrame(columns=[*LEVEL_KEYS, "steps", "step_ms", "step_min_ms", "step_max_ms", "busy_ms",
-                                     "gap_ms", "dispatches"])
+        return pd.DataFrame(columns=[*LEVEL_KEYS, "phase", "steps", "step_ms", "step_min_ms", "step_max_ms",
+                                     "busy_ms", "gap_ms", "dispatches"])
     st = st.copy()
     st["step_ms"] = (pd.to_numeric(st["end_ns"]) - pd.to_numeric(st["start_ns"])) / 1e6
+    st["phase"] = _phase_text(st)
+    st["_o"] = st["phase"].map({p: i for i, p in enumerate(PHASE_ORDER)}).fillna(len(PHASE_ORDER))
     rows = []
-    for key, at in st.groupby(LEVEL_KEYS, sort=True):
-        rows.append({**dict(zip(LEVEL_KEYS, key, strict=True)), "steps": len(at), "step_ms": at["step_ms"].median(),
+    for key, at in st.groupby([*LEVEL_KEYS, "_o", "phase"], sort=True):
+        rows.append({**dict(zip(LEVEL_KEYS, key, strict=False)), "phase": key[-1], "steps": len(at),
+                     "step_ms": at["step_ms"].median(),
                      "step_min_ms": at["step_ms"].min(), "step_max_ms": at["step_ms"].max(),
                      "busy_ms": pd.to_numeric(at["busy_ms"]).median(), "gap_ms": pd.to_numeric(at["gap_ms"]).median(),
                      "dispatches": pd.to_numeric(at["dispatches"]).median()})
     return pd.DataFrame(rows)
+
+
+PHASE_ORDER = ["prefill", "mixed", "decode", "empty", ""]
+PHASE_FIGURES = ["steps", "step_ms", "span_ms_per_step", "busy_ms_per_step", "gap_ms_per_step", "dispatches_per_step"]
+
+
+def phase_level_table(tables: DerivedTables) -> pd.DataFrame:
+    """Per traced level and step phase the engine names (`perflib.attribution.phases`): medians over
+    repeats of the phase's steps and, per step, its period, span, GPU busy, host gap and dispatches,
+    with their spread (`_median_levels`). Empty where no trace names a phase."""
+    ph = tables.phases
+    if ph is None or not len(ph):
+        return pd.DataFrame(columns=[*LEVEL_KEYS, "phase", "runs", *PHASE_FIGURES])
+    ph = ph.assign(phase=_phase_text(ph))
+    parts = [_median_levels(at, PHASE_FIGURES).assign(phase=phase, _o=PHASE_ORDER.index(phase)
+                                                     if phase in PHASE_ORDER else len(PHASE_ORDER))
+             for phase, at in ph.groupby("phase", sort=False)]
+    out = pd.concat(parts, ignore_index=True).sort_values([*LEVEL_KEYS, "_o"], kind="stable")
+    return out.drop(columns="_o").reset_index(drop=True)
+
+
+def phase_notes(tables: DerivedTables) -> list[str]:
+    """'arm backend b32 c1024: no decode step in this capture: 8 prefill steps' per traced level whose
+    traces name their steps' phases and hold no decode step (with how many of its traces say so)."""
+    tr = tables.trace_runs
+    if tr is None or not len(tr) or "phase_note" not in tr.columns:
+        return []
+    tr = tr.assign(phase_note=checks.text(tr["phase_note"]))
+    out = []
+    for key, at in tr.groupby(LEVEL_KEYS, sort=True):
+        notes = [n for n in at["phase_note"] if n]
+        if notes:
+            level = dict(zip(LEVEL_KEYS, key, strict=True))
+            some = f" ({len(notes)} of {len(at)} traces)" if len(notes) < len(at) else ""
+            out.append(f"{level['arm']} {level['backend']} b{level['batch']} c{level['context']}: {notes[0]}{some}")
+    return out
+
+
+def counted_composition(tables: DerivedTables) -> list[str]:
+    """Per traced level whose traces name no step phase (llama.cpp's name no step at all), the batch
+    composition its server's counters give, where they count it (mixed prefill/decode steps, prefill
+    chunks: mlxcel; llama.cpp and vLLM have no such counter, and nothing is said for them)."""
+    tr = trace_level_table(tables)
+    if not len(tr):
+        return []
+    phased = set()
+    if tables.phases is not None and len(tables.phases):
+        phased = {tuple(str(v) for v in k) for k in tables.phases[LEVEL_KEYS].itertuples(index=False)}
+    levels = level_table(tables)
+    out = []
+    for r in tr.itertuples(index=False):
+        if tuple(str(getattr(r, k)) for k in LEVEL_KEYS) in phased:
+            continue
+        sel = levels
+        for key in LEVEL_KEYS:
+            sel = sel[sel[key].astype(str) == str(getattr(r, key))]
+        if not len(sel):
+            continue
+        row = sel.iloc[0]
+        said = [f"{row[c]:.0f} {what}" for c, what in (("mixed_steps", "mixed prefill/decode steps"),
+                                                          ("prefill_chunks", "prefill chunks"))
+                if c in sel.columns and row[c] == row[c] and row[c] is not None]
+        if said:
+            out.append(f"{r.arm} {r.backend} b{r.batch} c{r.context}: the trace names no step phase; the server "
+                       f"counted {' and '.join(said)} in the level (median over repeats)")
+    return out
 
 
 def gap_level_table(tables: DerivedTables) -> pd.DataFrame:

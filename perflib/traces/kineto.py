@@ -2,7 +2,10 @@
 
 One `json.loads`, one pass that buckets the `ph: X` events by `cat`, then one comprehension per
 column. GPU work is `cat` in kernel / gpu_memcpy / gpu_memset; the API table is cuda_runtime and
-cuda_driver (HIP names in ROCm builds); markers are user_annotation and gpu_user_annotation.
+cuda_driver (HIP names in ROCm builds); markers are user_annotation and gpu_user_annotation, and
+of the `python_function` frames (a `with_stack` trace holds thousands per step) only vLLM's
+`gpu_model_runner.py(N): execute_model`, the one mark of an engine step in vLLM 0.8's traces
+(`STEP_FRAME`; perflib.attribution.markers reads it as a step).
 The read has two halves: `extract` (plain Python, column lists) and `build` (numpy and pandas);
 `extract_lean` is the first half at C speed for the lean tables, which `kineto_stream` runs per chunk.
 
@@ -33,6 +36,7 @@ says which field decided.
 from __future__ import annotations
 
 import math
+import re
 from decimal import ROUND_HALF_EVEN, Decimal
 from itertools import compress, repeat
 from pathlib import Path
@@ -47,7 +51,10 @@ from perflib.traces.trace import Trace
 SOURCE = "kineto"
 GPU_KINDS = {"kernel": "kernel", "gpu_memcpy": "memcpy", "gpu_memset": "memset"}
 API_CATS = ("cuda_runtime", "cuda_driver")
-MARKER_CATS = ("user_annotation", "gpu_user_annotation")
+MARKER_CATS = ("user_annotation", "gpu_user_annotation", "python_function")
+FRAME_CAT = "python_function"
+STEP_FRAME = re.compile(r"gpu_model_runner\.py\(\d+\): execute_model$")
+"""The Python frames kept as markers (module docstring); every other `python_function` event is skipped."""
 VERSION_FIELDS = {
     "rocm": ("hip_runtime_version", "hip_driver_version", "roctracer_version"),
     "cuda": ("cuda_runtime_version", "cuda_driver_version", "cupti_version"),
@@ -194,6 +201,7 @@ def extract(data: Any, path: Path, exact: bool = False) -> dict[str, Any]:
                 buckets[cat].append(i)
     except (AttributeError, TypeError):
         raise _bad_event(events, path) from None
+    buckets[FRAME_CAT] = _step_frames(events, buckets[FRAME_CAT])
 
     def columns(cats: tuple[str, ...] | dict[str, str], gpu: bool) -> dict[str, list]:
         index = [i for c in cats for i in buckets[c]]
@@ -230,6 +238,16 @@ _NO_ARGS: dict = {}
 _WANTED = frozenset((*GPU_KINDS, *API_CATS, *MARKER_CATS))
 
 
+def _step_frames(events: list, rows: list[int]) -> list[int]:
+    """The `python_function` rows that are step frames (`STEP_FRAME`)."""
+    out = []
+    for i in rows:
+        name = events[i].get("name")
+        if type(name) is str and name.endswith(": execute_model") and STEP_FRAME.search(name):
+            out.append(i)
+    return out
+
+
 def extract_lean(events: list, ids: bool = False) -> dict[str, Any] | None:
     """`extract` of well-formed events at C speed (`map` over `dict.get`), without the columns a lean
     table leaves out (device, stream; `ids`: with them); None where an event or its args is not an
@@ -249,6 +267,8 @@ def extract_lean(events: list, ids: bool = False) -> dict[str, Any] | None:
             for i, ph in zip(wanted, phs, strict=True):
                 if ph == "X":
                     buckets[cats[i]].append(i)
+        if buckets[FRAME_CAT]:
+            buckets[FRAME_CAT] = _step_frames(events, buckets[FRAME_CAT])
 
         def columns(table: tuple[str, ...], host: bool) -> dict[str, list]:
             index = [i for c in table for i in buckets[c]]

@@ -178,6 +178,9 @@ def _left_out(tables: DerivedTables | None, scope: Scope, batch: int | None) -> 
 def _no_trace(tables: DerivedTables, scope: Scope, batch: int | None = None) -> Measured:
     sel = _select(tables.trace_runs, scope, batch)
     if sel is not None and len(sel):
+        notes = [n for n in checks.text(sel["phase_note"]) if n] if "phase_note" in sel.columns else []
+        if notes:  # the engine named its steps' phases, and none was a decode step
+            return Measured(None, "", f"at {_where(scope, batch)}: {notes[0]}")
         return Measured(None, "", f"no usable trace rows at {_where(scope, batch)}")
     runs = _select(tables.runs, scope, batch)
     lost = [str(t) for t in runs["trace_loss"] if isinstance(t, str) and t.strip()] \
@@ -210,6 +213,28 @@ def _trace_row(tables: DerivedTables, scope: Scope, batch: int | None = None) ->
         out[col] = _median(sel, col)[0]
     out["n"] = len(sel)
     out["guess"] = _guess(sel)
+    return {**out, **_decode_phase(sel, out["steps"])}
+
+
+DECODE_FIGURES = {"window_ms": "decode_window_ms", "busy_ms": "decode_busy_ms", "gap_ms": "decode_gap_ms",
+                  "steps": "decode_steps", "busy_ms_per_step": "decode_busy_ms_per_step",
+                  "gap_ms_per_step": "decode_gap_ms_per_step"}
+"""`_trace_row` figures and the `trace_runs` columns of the decode phase that replace them where the engine
+names its steps' phases (`perflib.attribution.phases`): a decode-step figure never averages prefill in."""
+
+
+def _decode_phase(sel: pd.DataFrame, steps: float | None) -> dict[str, Any]:
+    """The decode phase's figures (`DECODE_FIGURES`, medians over repeats) where the traces name their
+    steps' phases, with the note that says so in place of the rhythm's; {} where they do not. No decode
+    step at all leaves the figures None (the trace rows' `phase_note` says why, `_no_trace`)."""
+    decode, _ = _median(sel, "decode_steps")
+    if decode is None:
+        return {}
+    out: dict[str, Any] = {key: _median(sel, col)[0] for key, col in DECODE_FIGURES.items()}
+    if not decode:
+        out = {**dict.fromkeys(out), "steps": 0}
+    else:
+        out["guess"] = f" (decode steps only: {decode:.0f} of {steps:.0f} steps)" if steps and steps != decode else ""
     return out
 
 
@@ -368,6 +393,8 @@ def gap_ms_per_step(tables: DerivedTables, scope: Scope) -> Measured:
     if row is None:
         return _no_trace(tables, scope)
     if row["gap_ms_per_step"] is None:
+        if row["steps"] == 0:  # the engine named its steps' phases, and none was a decode step
+            return _no_trace(tables, scope)
         return Measured(None, "", f"no step count for the trace at {_where(scope)}")
     return Measured(row["gap_ms_per_step"], f"host gaps {row['gap_ms_per_step']:.2f} ms per step{row['guess']}")
 
