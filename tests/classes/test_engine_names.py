@@ -192,8 +192,9 @@ def test_the_playbook_counts_moe_gemms_as_a_gemm_route() -> None:
 
 # --- every kernel of the public fixtures ------------------------------------------------------------------
 
-FIXTURE_TRACES = [p for p in fixture_paths("external/kineto/*.json.gz") + fixture_paths("kineto/*.json.gz")
-                  + fixture_paths("rocprofv3/json-mi350/*.json.gz") + fixture_paths("rocprofv3/*/kernel_trace*.csv")]
+FIXTURE_TRACES = (fixture_paths("external/kineto/*.json.gz") + fixture_paths("kineto/*.json.gz")
+                  + fixture_paths("rocprofv3/json-mi350/*.json.gz") + fixture_paths("rocprofv3/*/*kernel_trace*.csv")
+                  + fixture_paths("external/nsys/*.sqlite") + fixture_paths("external/rocprof-legacy/*_results.csv"))
 
 # what a name says, independent of the tables' own patterns, and the tables that must agree: collectives
 # and norms in every table; attention and MoE GEMMs in the PyTorch ones (llama.cpp and MLX kernels are
