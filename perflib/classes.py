@@ -1,12 +1,15 @@
-"""Kernel classes: regex tables per backend (package data YAML), matched on the kernel's base name.
+"""Kernel classes: regex tables per backend (package data YAML), matched on the kernel's function name.
 
 A table is an ordered list of `{class, pattern}` rules; the first match wins and an unmatched kernel is
-`other`. Patterns are `re.search`ed against the base name (`qmv_wide_kernel` for
-`void mlx::core::rocm::qmv_wide_kernel<__half, ...>(...)`), so template and argument types in a
-demangled signature cannot trip them; a rule with `scope: name` searches the full name instead (for
-`cutlass::Kernel2<cutlass_80_..._gemm...>`). A table may name tables whose rules go `before:` its own
-(the shared `_common` copy / fill / collective rules) and tables it `extends:` (their rules follow).
-A user file (`--classes FILE`, same format) is put in front of the built-in table: its rules override.
+`other`. Patterns are `re.search`ed against the function name (`qmv_wide_kernel` for
+`void mlx::core::rocm::qmv_wide_kernel<__half, ...>(...)`, `fused_add_rms_norm_kernel` for
+`std::enable_if<...>::type vllm::fused_add_rms_norm_kernel<...>(...)`), so return, template and argument
+types in a demangled signature cannot trip them; a generic entry point is named by the operator it runs
+(`FlashAttnFwdSm90` for `cutlass::device_kernel<flash::...FlashAttnFwdSm90...>`, `function_name`). A rule
+with `scope: name` searches the full name instead (for `cutlass::Kernel2<cutlass_80_..._gemm...>`). A table
+may name tables whose rules go `before:` its own (the shared `_common` copy / fill / collective rules,
+`_triton` and `_moe`) and tables it `extends:` (their rules follow). A user file (`--classes FILE`, same
+format) is put in front of the built-in table: its rules override.
 """
 
 from __future__ import annotations
@@ -24,6 +27,9 @@ from perflib.errors import InputError, PerflibError
 from perflib.safeinput import read_text
 
 OTHER = "other"
+MATCHING = 2
+"""How names meet the rules: bumped when that changes (2: rules match `function_name`, not the base name),
+so that tables a cache keyed on the rules alone (`perflib.runcache`) are attributed again."""
 TABLES_DIR = Path(__file__).resolve().parent / "data" / "classes"
 """Shipped tables (package data). A plain path, not importlib.resources: it also works where the
 package is reached through an editable install's namespace path."""
@@ -56,7 +62,7 @@ class ClassTable:
 
     def classify(self, kernel: str) -> str:
         """Class of one kernel name: first rule that matches, else `other`."""
-        base = base_name(kernel)
+        base = function_name(kernel)
         for rule in self.rules:
             if rule.compiled().search(kernel if rule.scope == "name" else base):
                 return rule.kernel_class
@@ -77,42 +83,139 @@ def base_name(kernel: str) -> str:
 
     `void mlx::core::rocm::qmv_wide_kernel<__half, 64>(__half const*, ...)` → `qmv_wide_kernel`;
     `binary_vv<Add, f16>` → `binary_vv`; `Cijk_Alik_..._MT96x128x64` unchanged; names with spaces and no
-    signature (`compiled Cf2I...`, `Memcpy HtoD (Pageable -> Device)`) are kept whole. Cached: `auto`
+    signature (`compiled Cf2I...`, `Memcpy HtoD (Pageable -> Device)`) are kept whole. A return type that
+    is itself a template expression is dropped too (`std::enable_if<(((8)>(0)))&&..., void>::type
+    vllm::fused_add_rms_norm_kernel<c10::BFloat16, 8>(...)` → `fused_add_rms_norm_kernel`). Cached: `auto`
     asks it of every distinct name once per built-in table.
+    """
+    return _split(kernel.strip())[0]
+
+
+@lru_cache(maxsize=4096)
+def function_name(kernel: str) -> str:
+    """What the kernel computes, by name: its base name, or, for a generic entry point that only launches
+    the operator it is instantiated with (`ENTRY_POINTS`), that operator's base name.
+
+    `void cutlass::device_kernel<flash::enable_sm90_or_later<flash::FlashAttnFwdSm90<...> > >(...)` →
+    `FlashAttnFwdSm90`; `_ZN7ck_tile6kentryILi1ENS_12Rmsnorm2dFwdI...` → `Rmsnorm2dFwd`;
+    `cutlass::Kernel2<cutlass_80_tensorop_s1688gemm_...>` → `cutlass_80_tensorop_s1688gemm_...`.
     """
     name = kernel.strip()
     if name.startswith("_Z"):
-        return _mangled_base(name) or name
-    if "<" not in name and "(" not in name and "::" not in name:
-        return name
-    # cut the parameter list: the first '(' outside template brackets
-    depth = 0
-    cut = len(name)
-    for i, ch in enumerate(name):
-        if ch == "<":
-            depth += 1
-        elif ch == ">" and depth:
-            depth -= 1
-        elif ch == "(" and depth == 0 and i > 0 and (name[i - 1].isalnum() or name[i - 1] in "_>"):
-            cut = i  # `f(` or `f<...>(` opens the parameter list; `::(anonymous namespace)` and `X (` do not
+        return _mangled_function(name) or base_name(name)
+    base, args = _split(name)
+    for _ in range(8):  # entry points nest (`device_kernel<enable_sm90_or_later<...>>`), never deeply
+        if base not in ENTRY_POINTS or args is None:
             break
-    head = name[:cut]
-    # drop template arguments
-    out = []
-    depth = 0
-    for ch in head:
+        operator = next((a for a in _top_level_args(args) if _IDENTIFIER.match(a)), None)
+        if operator is None:
+            break
+        base, args = _split(operator)
+    return base
+
+
+ENTRY_POINTS = frozenset({
+    "device_kernel",         # CUTLASS 3 / CuTe: cutlass::device_kernel<Operator> (FlashAttention-3, CUTLASS GEMMs)
+    "Kernel", "Kernel2",     # CUTLASS 2: cutlass::Kernel<Operator>, cutlass::Kernel2<Operator>
+    "enable_sm90_or_later", "enable_sm80_to_sm89", "enable_sm100_or_later",  # FlashAttention-3's arch guards
+    "kentry",                # composable_kernel's ck_tile::kentry<MinBlocksPerCu, Kernel, ...>
+})
+"""Generic kernels that only run the operator they are instantiated with: a name is classed by that
+operator (`function_name`), never by the launcher (CUTLASS's would make FlashAttention a GEMM)."""
+
+_SIGNATURE_END = re.compile(r"\s*(const)?\s*(\[clone [^\]]*\])?\s*")
+"""What may follow a parameter list: nothing, `const`, or rocprof's ` [clone .kd]`."""
+_IDENTIFIER = re.compile(r"\s*(?:::)?(?!(?:true|false)\b)[A-Za-z_]")
+
+
+def _split(name: str) -> tuple[str, str | None]:
+    """(the bare identifier, the text of its own template arguments or None) of a demangled name.
+
+    One pass with a bracket stack: `(`...`)` always pair, a `>` closes a `<` only when a `<` is the
+    innermost open bracket (so `(((8)>(0)))` in a template argument closes nothing), and the parameter
+    list is the `(` at depth 0 after an identifier or `>` whose `)` ends the name (or that a truncated
+    name never closes): `std::enable_if<T2>(int)0&&...` is not one.
+    """
+    if name.startswith("_Z"):
+        return (_mangled_base(name) or name), None
+    if "<" not in name and "(" not in name and "::" not in name:
+        return name, None
+    cut = _parameter_list(name)
+    head = name[:cut].rstrip()
+    # the identifier: depth-0 text with template arguments dropped; its own arguments are the last group
+    out: list[str] = []
+    stack: list[str] = []
+    args_from: int | None = None
+    args_to: int | None = None
+    for i, ch in enumerate(head):
         if ch == "<":
-            depth += 1
-        elif ch == ">" and depth:
-            depth -= 1
-        elif depth == 0:
+            if not stack:
+                args_from, args_to = i + 1, None
+            stack.append(ch)
+            continue
+        if ch == ">" and stack and stack[-1] == "<":
+            stack.pop()
+            if not stack:
+                args_to = i
+            continue
+        if ch == "(":
+            stack.append(ch)
+        elif ch == ")":
+            while stack and stack.pop() != "(":
+                pass
+        if "<" not in stack:  # outside template arguments: parentheses kept (`(anonymous namespace)`)
             out.append(ch)
-    head = "".join(out).strip()
-    # drop the return type ("void ", "__global__ void ") and the namespace
-    if " " in head and "::" in head or head.startswith(("void ", "__global__ ")):
-        head = head.split(" ")[-1]
-    head = head.rsplit("::", 1)[-1].strip()
-    return head or name
+    args = None
+    if args_from is not None and (args_to is None or args_to == len(head) - 1):  # unclosed: a truncated name
+        args = head[args_from:args_to]
+    bare = "".join(out).strip()
+    if " " in bare and "::" in bare or bare.startswith(("void ", "__global__ ")):
+        bare = bare.split(" ")[-1]
+    bare = bare.rsplit("::", 1)[-1].strip()
+    return (bare or name), args
+
+
+def _parameter_list(name: str) -> int:
+    """Where the parameter list of a demangled name begins (its length where it has none)."""
+    stack: list[str] = []
+    candidate: int | None = None
+    for i, ch in enumerate(name):
+        if ch == "(":
+            if not stack and i > 0 and (name[i - 1].isalnum() or name[i - 1] in "_>"):
+                candidate = i  # `f(` or `f<...>(`; `::(anonymous namespace)` and `X (` are not parameter lists
+            stack.append(ch)
+        elif ch == ")":
+            while stack and stack.pop() != "(":
+                pass
+            if not stack and candidate is not None:
+                if _SIGNATURE_END.fullmatch(name, i + 1):
+                    return candidate
+                candidate = None  # `enable_if<T2>(int)0&&...`: a cast inside the return type
+        elif ch == "<":
+            stack.append(ch)
+        elif ch == ">" and stack and stack[-1] == "<":
+            stack.pop()
+    return candidate if candidate is not None else len(name)  # a `(` never closed: a truncated name
+
+
+def _top_level_args(args: str) -> list[str]:
+    """Template arguments split at the commas outside any bracket."""
+    parts: list[str] = []
+    stack: list[str] = []
+    start = 0
+    for i, ch in enumerate(args):
+        if ch in "(<":
+            stack.append(ch)
+        elif ch == ")":
+            while stack and stack.pop() != "(":
+                pass
+        elif ch == ">" and stack and stack[-1] == "<":
+            stack.pop()
+        elif ch == "," and not stack:
+            parts.append(args[start:i].strip())
+            start = i + 1
+    parts.append(args[start:].strip())
+    return parts
 
 
 _SOURCE_NAME = re.compile(r"(\d+)")
@@ -152,6 +255,52 @@ def _mangled_base(name: str) -> str | None:
     return last
 
 
+def _mangled_function(name: str) -> str | None:
+    """`function_name` of an Itanium-mangled name: past an entry point, the first type named in its
+    template arguments (`_ZN7ck_tile6kentryILi1ENS_12Rmsnorm2dFwdI...` → `Rmsnorm2dFwd`). Literals
+    (`Li1E`) and substitutions (`S_`, `S1_`, `St`) are skipped; a name followed by another name is a
+    namespace, one followed by `I` or `E` the type."""
+    base = _mangled_base(name)
+    if base not in ENTRY_POINTS:
+        return base
+    pos = name.find(f"{len(base)}{base}I")
+    if pos < 0:
+        return base
+    pos += len(str(len(base))) + len(base) + 1
+    while pos < len(name):
+        ch = name[pos]
+        if ch == "L":  # a literal: L <type> <value> E
+            end = name.find("E", pos)
+            if end < 0:
+                return base
+            pos = end + 1
+        elif ch == "S":  # a substitution: S_, S<seq-id>_, or St (std::)
+            if name.startswith("St", pos):
+                pos += 2
+                continue
+            end = name.find("_", pos)
+            if end < 0:
+                return base
+            pos = end + 1
+        elif ch.isdigit():
+            match = _SOURCE_NAME.match(name, pos)
+            assert match is not None  # a digit starts a number
+            start = match.end()
+            end = start + int(match.group(1))
+            if end > len(name):
+                return base
+            ident, pos = name[start:end], end
+            if pos < len(name) and name[pos].isdigit():
+                continue  # a namespace: another name follows
+            if ident in ENTRY_POINTS:
+                pos += 1 if name.startswith("I", pos) else 0
+                continue
+            return ident
+        else:  # N (nested), K (const), I/E and other type codes
+            pos += 1
+    return base
+
+
 def _rules_from(data: Any, where: str) -> tuple[list[ClassRule], list[str], list[str]]:
     """Rules, `before` and `extends` from a parsed YAML document (a mapping with `classes:` or a bare list).
 
@@ -189,6 +338,11 @@ def builtin_backends() -> list[str]:
     return sorted(p.stem for p in TABLES_DIR.glob("*.yaml") if not p.name.startswith("_"))
 
 
+def shared_tables() -> list[str]:
+    """Names of the shipped tables that only go in front of others (`_common`, `_triton`, `_moe`)."""
+    return sorted(p.stem for p in TABLES_DIR.glob("_*.yaml"))
+
+
 def builtin_class_names() -> frozenset[str]:
     """Every class a shipped table can give, and `other`: a candidate naming anything else has a typo
     or needs its own table."""
@@ -200,7 +354,7 @@ def load_builtin(backend: str) -> ClassTable:
     """The shipped table for `backend`, with the tables it extends appended."""
     import yaml  # late: 15 ms (measured) that `trace cut` skips; it imports this module, reads no table
 
-    known = builtin_backends() + ["_common"]
+    known = builtin_backends() + shared_tables()
     if backend not in known:
         raise PerflibError(f"unknown class table {backend!r}; built-in: {', '.join(builtin_backends())}")
     res = TABLES_DIR / f"{backend}.yaml"

@@ -79,7 +79,7 @@ def class_table_id(table: classes.ClassTable | str | None) -> str:
         rules = [table, classes.load_builtin(table).rules]
     else:
         rules = ["auto", [classes.load_builtin(name).rules for name in classes.builtin_backends()]]
-    return hashlib.sha256(repr(rules).encode()).hexdigest()
+    return hashlib.sha256(repr([classes.MATCHING, rules]).encode()).hexdigest()  # and how names meet them
 
 
 def key(trace: Path, run_dir: Path, decode_steps: Any, class_table: classes.ClassTable | str | None, window: str,

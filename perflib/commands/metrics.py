@@ -13,13 +13,13 @@ from perflib.safeinput import read_text
 DIALECT_CHOICES = ("auto", "mlxcel", "llamacpp", "vllm", "sglang")
 
 
-
 def _figure_lines() -> str:
     """The `--help` epilog: one line per figure with its unit (perflib.metrics imports nothing heavy)."""
     width = max(len(name) for name in FIGURE_HELP)
     lines = ["figures (n/a = cannot be computed; never printed as 0):"]
     lines += [f"  {name:<{width}}  {unit:<9}  {text}" for name, (unit, text) in FIGURE_HELP.items()]
-    lines += ["A counter that went backwards, or a changed Process-Start-Time-Unix, is a RESET: no figures.",
+    lines += ["A restart between the scrapes (a changed Process-Start-Time-Unix header or process_start_time_seconds,",
+              "a different model_name) or a counter that went backwards is a RESET: no figures.",
               "Per-server formulas: SERVERS.md section 5; the notes printed with the table say which one applies."]
     return "\n".join(lines)
 
@@ -73,7 +73,9 @@ def format_table(delta: object, before: str = "", after: str = "") -> str:
     """The readable form of a `MetricsDelta`: one figure a line with its unit, absent names, notes."""
     d = delta.to_dict()  # type: ignore[attr-defined]
     lines = [f"dialect: {d['dialect']}" + (f"   before: {before}   after: {after}" if before else "")]
-    if d["reset"]:
+    if d["restarted"]:
+        lines.extend(f"RESET: {evidence}: no figures" for evidence in d["restarted"])
+    elif d["reset"]:
         lines.append("RESET: counters were reset between the snapshots (server restarted?): no figures")
     width = max(len(n) for n in FIGURES)
     lines.append(f"{'figure':<{width}}  {'value':>12}  unit")

@@ -25,9 +25,10 @@ from perflib.metrics.names import (
 class MetricsDelta:
     """What the counters did across one level, and the SERVERS.md §5 figures derived from them.
 
-    Figures that cannot be computed are None (JSON null), never 0. On a reset (a counter that went
-    backwards, or a changed `Process-Start-Time-Unix`) every figure and delta is None and `notes`
-    say why. `absent` lists canonical names missing from the after snapshot.
+    Figures that cannot be computed are None (JSON null), never 0. On a reset (the server restarted
+    between the scrapes, or a counter went backwards) every figure and delta is None and `notes` say
+    why; `restarted` holds the evidence of a restart itself (a changed start time or model), `()` where
+    none was seen. `absent` lists canonical names missing from the after snapshot.
     """
 
     dialect: str
@@ -42,6 +43,7 @@ class MetricsDelta:
     busy_slots_per_decode: float | None = None
     per_stream_tok_s: float | None = None
     reset: bool = False
+    restarted: tuple[str, ...] = ()
     absent: tuple[str, ...] = ()
     requests: int | None = None
     deltas: dict[str, float | None] = field(default_factory=dict)
@@ -83,6 +85,7 @@ class MetricsDelta:
             out[name] = getattr(self, name)
         out.update(
             reset=self.reset,
+            restarted=list(self.restarted),
             absent=list(self.absent),
             requests=self.requests,
             deltas=dict(self.deltas),
@@ -95,6 +98,53 @@ class MetricsDelta:
         )
         return clean(out)
 
+
+
+PROCESS_START = "process_start_time_seconds"
+"""prometheus_client's process collector: the serving process's start, Unix seconds (vLLM, SGLang)."""
+MODEL_LABEL = "model_name"
+"""The label that names the served model on vLLM's and SGLang's series. SGLang before 0.4 called it
+`name` on its `sglang:` series (read there only where no series has `model_name`: newer SGLang uses `name`
+for other things, `func_latency_seconds{name="generate_request"}`). llama.cpp's and mlxcel's samples have
+no labels (SERVERS.md §1): their model is not in the text, and a restart shows there only by its
+`Process-Start-Time-Unix` header or a counter going back."""
+RESTARTED = "server restarted between the scrapes"
+
+
+def _number(value: float) -> str:
+    """A start time as the exposition text meant it: `1733300000`, `1762134400.66` (not `1.76213e+09`)."""
+    return str(int(value)) if value.is_integer() else repr(value)
+
+
+def _start_time(samples: Sequence[Sample]) -> float | None:
+    values = [s.value for s in samples if s.name == PROCESS_START and not s.labels and math.isfinite(s.value)]
+    return values[0] if values else None
+
+
+def _models(samples: Sequence[Sample]) -> frozenset[str]:
+    """The served model names the samples' labels carry (empty where none do)."""
+    named = frozenset(v for s in samples for k, v in s.labels if k == MODEL_LABEL and v)
+    return named or frozenset(v for s in samples if s.name.startswith("sglang:") for k, v in s.labels
+                              if k == "name" and v)
+
+
+def restart_evidence(before: Sequence[Sample], after: Sequence[Sample], process_start_before: float | None = None,
+                     process_start_after: float | None = None) -> list[str]:
+    """What says the server restarted between two scrapes, one line each: a changed
+    `Process-Start-Time-Unix` header, a changed `process_start_time_seconds`, a different model in the
+    samples' `model_name` (SGLang before 0.4: `name`) labels. A counter going back is `_resets`' part."""
+    found = []
+    if process_start_before is not None and process_start_after is not None \
+            and float(process_start_before) != float(process_start_after):
+        found.append(f"{RESTARTED}: Process-Start-Time-Unix {_number(float(process_start_before))} → "
+                     f"{_number(float(process_start_after))}")
+    start_b, start_a = _start_time(before), _start_time(after)
+    if start_b is not None and start_a is not None and start_b != start_a:
+        found.append(f"{RESTARTED}: {PROCESS_START} {_number(start_b)} → {_number(start_a)}")
+    models_b, models_a = _models(before), _models(after)
+    if models_b and models_a and models_b != models_a:
+        found.append(f"{RESTARTED}: the model changed, {', '.join(sorted(models_b))} → {', '.join(sorted(models_a))}")
+    return found
 
 
 def _resets(before: Sequence[Sample], after: Sequence[Sample], gauge_like: set[str]) -> list[str]:
@@ -151,16 +201,13 @@ def diff(
     if len(absent) == len(table):
         notes.append(f"no {dialect} metric in the after snapshot: is this the right server (dialect)?")
     result: dict[str, Any] = {"dialect": dialect, "absent": tuple(absent), "requests": requests}
-    reasons = _resets(before, after, c.gauge_like)
-    if process_start_before is not None and process_start_after is not None:
-        if float(process_start_before) != float(process_start_after):
-            reasons.insert(0, f"Process-Start-Time-Unix changed {process_start_before:g} -> "
-                              f"{process_start_after:g} (server restarted)")
+    restarted = restart_evidence(before, after, process_start_before, process_start_after)
+    reasons = restarted + _resets(before, after, c.gauge_like)
     if reasons:
         shown = reasons[:5] + ([f"... and {len(reasons) - 5} more"] if len(reasons) > 5 else [])
         notes = [f"RESET: {r}" for r in shown] + ["counters reset during the level: no figures; re-measure it"]
-        return MetricsDelta(reset=True, deltas=dict.fromkeys(deltas), gauges_after=gauges_after,
-                            notes=tuple(notes), not_finite=tuple(c.not_finite), **result)
+        return MetricsDelta(reset=True, restarted=tuple(restarted), deltas=dict.fromkeys(deltas),
+                            gauges_after=gauges_after, notes=tuple(notes), not_finite=tuple(c.not_finite), **result)
 
     if not before:
         notes.append("the before snapshot has no samples: deltas are lifetime totals")

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import importlib
 import re
+import shlex
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -66,6 +67,17 @@ def _load(ref: str) -> Callable[..., Any]:
 
 ROCPROF_TOOL = b'"rocprofiler-sdk-tool"'
 NSYS_TABLES = ("StringIds", "CUPTI_ACTIVITY_KIND_KERNEL", "TARGET_INFO_SESSION_START_TIME", "NVTX_EVENTS")
+LEGACY_ROCPROF_TABLES = ("KERN", "A")
+"""Legacy rocprof's kernel table (`perflib.traces.rocprof_legacy_db`): `KERN`, `A` before 2021."""
+REPORTS_NOT_READ = {
+    (".nsys-rep", ".qdrep"): ("an Nsight Systems SQLite export, made from this report by "
+                              "`nsys export --type sqlite --output {out} {path}`",
+                              "an Nsight Systems report ({suffix}), which perflib does not read"),
+}
+"""Binary reports of a profiler whose own tool converts them into a format perflib reads: name suffixes
+(the report's magic is not documented, so only the name tells), what is expected instead (with the
+command that makes it) and what was found. `.qdrep` is the name
+Nsight Systems gave its reports before 2021.4; `nsys export` takes both."""
 _CUPTI_RECORD = re.compile(
     rb"^(CONCURRENT_KERNEL|KERNEL|RUNTIME|DRIVER|MEMCPY|MEMSET)\b.*\[\s*\d+\s*,\s*\d+\s*\]", re.M
 )
@@ -82,6 +94,9 @@ FORMATS: dict[str, TraceFormat] = {f.name: f for f in (
     TraceFormat("nsys-sqlite", "Nsight Systems SQLite",
                 lambda p: p.sqlite and any(n in p.sqlite_tables for n in NSYS_TABLES),
                 _T + "nsys:read_nsys", _W + "nsys:write_nsys_sqlite", ".sqlite"),
+    TraceFormat("rocprof-legacy-db", "legacy rocprof results.db",
+                lambda p: p.sqlite and any(n in p.sqlite_tables for n in LEGACY_ROCPROF_TABLES),
+                _T + "rocprof_legacy_db:read_results_db", _W + "rocprof_legacy_db:write_results_db", ".db"),
     TraceFormat("rocprofv3-csv", "rocprofv3 CSV (or legacy rocprof results.csv)",
                 lambda p: not p.binary and p.name.endswith(".csv"),
                 _T + "rocprof_dir:read_csv_trace", _W + "rocprof_csv:write_kernel_trace_csv", "_kernel_trace.csv"),
@@ -107,10 +122,18 @@ def detect_format(path: str | Path) -> str:
         raise InputError(
             found.path,
             "sqlite_master",
-            "a rocpd database (rocpd_metadata and the kernels/regions/memory_copies views) or an Nsight "
-            "Systems export (StringIds, CUPTI_ACTIVITY_KIND_KERNEL, ...)",
+            "a rocpd database (rocpd_metadata and the kernels/regions/memory_copies views), an Nsight "
+            "Systems export (StringIds, CUPTI_ACTIVITY_KIND_KERNEL, ...) or a legacy rocprof results.db "
+            "(KERN)",
             "tables " + (", ".join(sorted(found.sqlite_tables)[:12]) or "none"),
         )
+    for suffixes, (expected, what) in REPORTS_NOT_READ.items():
+        suffix = next((s for s in suffixes if found.name.endswith(s)), None)
+        if suffix is not None:
+            given = str(found.path)
+            stem = given[: -len(suffix)] if given.lower().endswith(suffix) else str(Path(given).with_suffix(""))
+            raise InputError(found.path, None, expected.format(out=shlex.quote(f"{stem}.sqlite"), path=shlex.quote(given)),
+                             what.format(suffix=suffix))
     whats = [f.what for f in FORMATS.values()]
     raise InputError(found.path, "byte 0", "a known trace format: " + ", ".join(whats[:-1]) + " or " + whats[-1],
                      repr(found.head[:40]))

@@ -16,13 +16,12 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from perflib.traces import csvread, schema
+from perflib.traces.rocprof import KD_SUFFIX
 from perflib.traces.trace import ReadMode
 
 SOURCE = "rocprof-legacy"
 TABLE = "legacy_results"
 REQUIRED = ("kernelname", "beginns", "endns")
-KD_SUFFIX = r"(\s*\[clone \.kd\]|\.kd)$"
-"""What legacy rocprof appends to a kernel's name: ` [clone .kd]`, or `.kd` alone."""
 
 
 def clean_names(names: Any) -> Any:

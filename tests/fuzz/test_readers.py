@@ -73,6 +73,8 @@ def _written(kind: str) -> Callable[[Path], Path]:
             return writers.write_rocprof_json(table, folder / "run_results.json")
         if kind == "rocpd":
             return writers.write_rocpd(table, folder / "run_results.db")
+        if kind == "rocprof-legacy-db":
+            return writers.write_results_db(table, folder / "results.db")
         if kind == "kineto":
             return writers.write_kineto_json(table, folder / "trace.json", base_time_ns=1_699_999_000_000_000_000)
         if kind == "kineto-gz":
@@ -107,6 +109,7 @@ INPUTS: dict[str, tuple[Callable[[Path], Path], Callable[[Path], Any]]] = {
                           read_stats),
     "rocprof-json": (_written("rocprof-json"), read_trace),
     "rocpd": (_written("rocpd"), read_trace),
+    "rocprof-legacy-db": (_written("rocprof-legacy-db"), read_trace),
     "legacy": (_copied("traces", "results.csv", data=True), read_trace),
     "kineto": (_written("kineto"), read_trace),
     "kineto-gz": (_written("kineto-gz"), read_trace),
@@ -327,7 +330,10 @@ def mutate_sqlite(path: Path, tables: list[str], edits: list[tuple[str, int, int
                     con.execute(f'DELETE FROM "{table}"')
                 elif op == "drop":
                     con.execute(f'DROP TABLE "{table}"')
-                    pool = [p for p in pool if p != table] or pool
+                    names.discard(table)
+                    pool = [p for p in pool if p != table] or sorted(names)  # a file of one table: none left
+                    if not pool:
+                        break
                 elif op == "dup-rows":
                     con.execute(f'INSERT INTO "{table}" SELECT * FROM "{table}"')
             except sqlite3.Error:  # a constraint the schema keeps (NOT NULL, a primary key): another edit
@@ -345,6 +351,7 @@ CSV_INPUTS = ["csv-A", "csv-B", "csv-C", "csv-D", "csv-E", "copy-7.0", "copy-6.3
               "stats-rocprofv3", "stats-legacy", "legacy"]
 SQL_TABLES = {
     "rocpd": [],  # all of them: the suffixed tables behind the views
+    "rocprof-legacy-db": ["KERN"],
     "nsys-real": ["CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_RUNTIME",
                   "NVTX_EVENTS", "StringIds", "TARGET_INFO_SESSION_START_TIME", "ANALYSIS_DETAILS",
                   "EXPORT_META_DATA"],

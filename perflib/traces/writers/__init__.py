@@ -5,6 +5,7 @@ a million rows take seconds.
 - `rocprof_csv`: rocprofv3 `kernel_trace.csv` (header versions A-E) and `memory_copy_trace.csv`.
 - `rocprof_json`: rocprofv3 `--output-format json`.
 - `rocpd`: rocpd SQLite.
+- `rocprof_legacy_db`: legacy rocprof `results.db` (its `KERN` table; `A` before 2021).
 - `kineto`: PyTorch profiler (Kineto) JSON.
 - `nsys`: Nsight Systems `nsys export --type sqlite` (2022 and 2024 export generations).
 - `cupti_text`: the CUPTI activity text the CUDA sample `cupti_trace_injection` prints.
@@ -28,9 +29,10 @@ from perflib.traces.writers.rocprof_csv import (
     write_memory_copy_trace_csv,
 )
 from perflib.traces.writers.rocprof_json import write_rocprof_json
+from perflib.traces.writers.rocprof_legacy_db import write_results_db
 
 __all__ = ["GUID", "HOST_AGENT", "KERNEL_HEADERS", "write_all", "write_cupti_text", "write_kernel_trace_csv",
-           "write_kineto_json", "write_memory_copy_trace_csv", "write_nsys_sqlite", "write_rocpd",
+           "write_kineto_json", "write_memory_copy_trace_csv", "write_nsys_sqlite", "write_results_db", "write_rocpd",
            "write_rocprof_json"]
 
 
