@@ -25,6 +25,13 @@ busy_share as a fraction; the window's bounds in ns on the trace's clock):
                    count, summed length (ms) and share of all host gap (%)
   largest gaps     the longest gaps: where they start from the window start (ms), their
                    length (ms) and the dispatch that ends each (the one the host waited for)
+  what fills the host gaps  (JSON host_gaps) the host gap split by the host API calls in flight
+                   on the threads that launched the window's kernels: sync and copy wait (a
+                   synchronising call or a device-to-host copy), else launch (a kernel or graph
+                   launch call), else other API (any other call), else host compute (no call):
+                   ms, ms per step and share of the host gap (%); the four add up to the gap.
+                   Where the trace holds no API calls (CUPTI runtime/driver off, a format
+                   without them) it says so instead
   kernel classes   kernel time summed per class of the class table: time (ms), count,
                    ms per step, share of all kernel time (%); kernel time counts each
                    dispatch's own duration, so it can exceed GPU busy on several streams
@@ -167,14 +174,17 @@ def run_summary(args: argparse.Namespace) -> int:
     if args.steps is not None:
         steps = int(args.steps) if args.steps.isdigit() else args.steps
     summary = attribution.summarize(trace, window=window, classes=table, steps=steps, top=args.top)
+    split = attribution.host_gaps(trace, summary.window, summary.step_table)
     if args.json:
         out = summary.to_dict()
+        out["host_gaps"] = {**split.to_dict(), **{f"{p}_ms_per_step": split.row(steps=summary.steps)[f"{p}_ms_per_step"]
+                                                   for p in attribution.HOST_GAP_PARTS}}
         out["path"] = str(args.path)
         out["source"] = trace.source
         out["clock"] = trace.clock
         print(json.dumps(out, allow_nan=False))
     else:
-        print(format_summary(summary, trace))
+        print(format_summary(summary, trace, split))
     return 0
 
 
@@ -221,8 +231,30 @@ def _f(x: float | None, fmt: str = "{:.3f}", unit: str = "") -> str:
     return "n/a" if x is None else fmt.format(x) + unit
 
 
-def format_summary(summary, trace) -> str:  # noqa: ANN001 - TraceSummary, Trace (imported lazily)
-    """The readable report: headline figures, gap buckets, largest gaps, steps, kernels, classes."""
+def _split_lines(split, steps: int | None) -> list[str]:  # noqa: ANN001 - HostGaps (imported lazily)
+    """What fills the host gaps: a table of the four parts, or the line saying why it is not measured."""
+    from tabulate import tabulate  # late: as format_summary's
+
+    from perflib.attribution import HOST_GAP_LABELS, HOST_GAP_PARTS  # loaded by now (run_summary)
+
+    if not split.measured:
+        return ["", f"what fills the host gaps: not measured: {split.note}"]
+    calls = ", ".join(f"{n} {c}" for c, n in split.calls.items())
+    lines = ["", f"what fills the host gaps (API calls of {split.threads} launching thread"
+             f"{'s' if split.threads != 1 else ''}, found by {split.threads_by}; calls in the window: {calls})"]
+    gap = split.gap_ns
+    lines.append(tabulate(
+        [[HOST_GAP_LABELS[p], f"{split.part_ns(p) / 1e6:.3f}", _f(split.part_ns(p) / 1e6 / steps if steps else None),
+          f"{100 * split.part_ns(p) / gap:.1f}" if gap > 0 else "n/a"] for p in HOST_GAP_PARTS],
+        headers=["part", "ms", "ms/step" if steps else "ms/step (n/a)", "% of gap"], tablefmt="simple",
+        disable_numparse=True,
+    ))
+    return lines
+
+
+def format_summary(summary, trace, split=None) -> str:  # noqa: ANN001 - TraceSummary, Trace, HostGaps (imported lazily)
+    """The readable report: headline figures, gap buckets, largest gaps, what fills the gaps (`split`,
+    `perflib.attribution.host_gaps`), steps, kernels, classes."""
     # late: tabulate (21 ms) only for the printed table, not --json; classes is loaded by now (run_summary)
     from tabulate import tabulate
 
@@ -254,6 +286,8 @@ def format_summary(summary, trace) -> str:  # noqa: ANN001 - TraceSummary, Trace
             [[f"{r.offset_ms:.3f}", f"{r.gap_ms:.3f}", base_name(r.kernel)[:60]] for r in s.largest_gaps.itertuples()],
             headers=["at ms", "gap ms", "ended by"], tablefmt="simple", disable_numparse=True,
         ))
+    if split is not None:
+        lines += _split_lines(split, s.steps)
     per_step = "ms/step" if s.steps else "ms/step (n/a)"
     lines += ["", f"kernel classes (table {s.class_table})"]
     lines.append(tabulate(
