@@ -88,7 +88,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description=(
             "Profile the server once for a whole sweep, then cut: every run folder below RUNS_DIR whose "
             "manifest has level clocks gets trace.parquet, the dispatches overlapping its level window "
-            "+- the margin, on the trace's own clock (aligned as `trace summary --manifest` does), and its "
+            "+- the margin, on the trace's own clock (aligned as `trace summary --manifest` does), with the "
+            "host API calls of the same window beside it as trace.api.parquet where the trace has any, and its "
             "manifest gets trace_path and trace_cut. `perflib campaign report` then attributes each level "
             "over its decode window. A run folder that already holds a cut keeps it, as it was, where the new "
             "window holds fewer dispatches (a trace of another time would otherwise wipe a committed cut); "
