@@ -45,6 +45,22 @@ WINDOW_HELP = (
     "to the first GPU event, e.g. 100ms:250ms; either side may be empty"
 )
 
+CUT_DESCRIPTION = (
+    "Profile the server once for a whole sweep, then cut: every run folder below RUNS_DIR whose "
+    "manifest has level clocks gets trace.parquet, the dispatches overlapping its level window "
+    "+- the margin, on the trace's own clock (aligned as `trace summary --manifest` does), with the "
+    "host API calls of the same window beside it as trace.api.parquet where the trace has any, and its "
+    "manifest gets trace_path and trace_cut. `perflib campaign report` then attributes each level "
+    "over its decode window. A run folder that already holds a cut keeps it, as it was, where the new "
+    "window holds fewer dispatches (a trace of another time would otherwise wipe a committed cut); "
+    "--replace overrides that. Each cut is written to a temporary file in its folder and renamed over "
+    "the old one once complete; only the manifests of folders whose cut was written change. Prints one "
+    "line per run folder: dispatches and kernels kept, window, file size, or why it was kept as it was. "
+    "Exit status 1 when a cut window holds no kernel, or an existing cut was kept because the new "
+    "window held fewer dispatches (a clock or process mismatch, usually)."
+)
+"""What `trace cut --help` says."""
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add `trace` with its sub-commands `summary` and `cut`."""
@@ -85,20 +101,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     c = sub.add_parser(
         "cut",
         help="cut one server-lifetime trace into the level windows of a sweep's run folders",
-        description=(
-            "Profile the server once for a whole sweep, then cut: every run folder below RUNS_DIR whose "
-            "manifest has level clocks gets trace.parquet, the dispatches overlapping its level window "
-            "+- the margin, on the trace's own clock (aligned as `trace summary --manifest` does), with the "
-            "host API calls of the same window beside it as trace.api.parquet where the trace has any, and its "
-            "manifest gets trace_path and trace_cut. `perflib campaign report` then attributes each level "
-            "over its decode window. A run folder that already holds a cut keeps it, as it was, where the new "
-            "window holds fewer dispatches (a trace of another time would otherwise wipe a committed cut); "
-            "--replace overrides that. Each cut is written to a temporary file in its folder and renamed over "
-            "the old one once complete; only the manifests of folders whose cut was written change. Prints one "
-            "line per run folder: dispatches and kernels kept, window, file size, or why it was kept as it was. "
-            "Exit status 1 when a cut window holds no kernel, or an existing cut was kept because the new "
-            "window held fewer dispatches (a clock or process mismatch, usually)."
-        ),
+        description=CUT_DESCRIPTION,
     )
     c.add_argument("path", metavar="TRACE", help="the trace of the server's lifetime (any format `trace summary` reads)")
     c.add_argument("runs_dir", metavar="RUNS_DIR", help="a `perflib sweep --out` folder (or one run folder)")
