@@ -3,7 +3,8 @@
 A server is profiled once for a whole sweep (rocprofv3, nsys, CUPTI injection or Kineto around the
 server process), but a campaign attributes each level on its own. Every run folder below a sweep's
 output that has level clocks gets `trace.parquet`: the dispatches overlapping its level window ± a
-margin, on the trace's own clock. Its manifest then records `trace_path` and `trace_cut` (the cut's
+margin, on the trace's own clock, and the host API calls of the same window beside it
+(`trace.api.parquet`, what fills the host gaps). Its manifest then records `trace_path` and `trace_cut` (the cut's
 bounds and how far the whole capture reaches), so that `perflib campaign report` finds the cut, windows it
 to the decode window (SERVERS.md §5.2) and sees where the capture did not cover that window.
 The cut files are also the committable form: compressed and holding only the windows that matter.
@@ -26,7 +27,7 @@ import pandas as pd
 
 from perflib import atomic, attribution, rundir
 from perflib.errors import PerflibError
-from perflib.traces import file_meta, write_trace_parquet
+from perflib.traces import api_path, file_meta, write_api_parquet, write_trace_parquet
 
 
 @dataclass(frozen=True)
@@ -82,12 +83,26 @@ def _write_atomic(trace: Any, inside: Any, target: Path, start: int, end: int) -
     """Write the cut through `atomic.atomic_target`: a failure at any point leaves `target` as it
     was and no temporary file behind. Names read as a categorical (the lean read) are written as text,
     as the full read's are, and the meta is the file's (`traces.file_meta`), so that a cut from the lean
-    read is the cut from the full read."""
+    read is the cut from the full read. The host API calls of the same window go beside it
+    (`traces.api_path`), through a temporary file too, renamed right after the cut that names them: a
+    failure before leaves both as they were. Where the window holds none, an older such file is removed
+    once the cut that no longer names it is in place."""
     meta = file_meta(trace)
     if isinstance(inside["kernel"].dtype, pd.CategoricalDtype):
         inside = inside.assign(kernel=inside["kernel"].astype("str"))
+    cut = replace(trace, dispatches=inside, meta=meta)
+    side = api_path(target)
+    api = trace.api
+    if len(api) and bool(((api["end_ns"] > start) & (api["start_ns"] < end)).any()):
+        with atomic.atomic_target(side) as side_tmp:
+            described = write_api_parquet(trace, side_tmp, start, end, name=side.name)
+            with atomic.atomic_target(target) as tmp:
+                write_trace_parquet(cut, tmp, start, end, api=described)
+        return target
+    described = write_api_parquet(trace, side, start, end)  # writes nothing: says why there is none
     with atomic.atomic_target(target) as tmp:
-        write_trace_parquet(replace(trace, dispatches=inside, meta=meta), tmp, start, end)
+        write_trace_parquet(cut, tmp, start, end, api=described)
+    side.unlink(missing_ok=True)
     return target
 
 

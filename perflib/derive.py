@@ -39,9 +39,11 @@ COLUMNS: dict[str, list[str]] = {
     "steps": KEYS + ["step", "start_ns", "end_ns", "busy_ms", "gap_ms", "dispatches", "phase"],
     "phases": KEYS + attribution.PHASE_COLUMNS,
 }
+COLUMNS["host_gaps"] = KEYS + list(attribution.HOST_GAP_COLUMNS)  # what fills the host gaps, one row per run
+COLUMNS["steps"] = COLUMNS["steps"] + [f"{part}_ms" for part in attribution.HOST_GAP_PARTS]  # and each step's
 SORT: dict[str, list[str]] = {
     "runs": KEYS, "trace_runs": KEYS, "classes": KEYS + ["kernel_class"], "kernels": KEYS + ["kernel"],
-    "gaps": KEYS, "steps": KEYS + ["step"], "phases": KEYS,
+    "gaps": KEYS, "steps": KEYS + ["step"], "phases": KEYS, "host_gaps": KEYS,
 }
 GAP_ORDER = ["<10us", "10-50us", "50-200us", "0.2-1ms", "1-5ms", ">=5ms"]
 PHASE_ORDER = [*attribution.PHASES, "unknown"]
@@ -70,6 +72,7 @@ class DerivedTables:
     kernels: pd.DataFrame = field(default_factory=lambda: empty("kernels"))
     gaps: pd.DataFrame = field(default_factory=lambda: empty("gaps"))
     steps: pd.DataFrame = field(default_factory=lambda: empty("steps"))
+    host_gaps: pd.DataFrame = field(default_factory=lambda: empty("host_gaps"))
     notes: tuple[str, ...] = ()
     phases: pd.DataFrame = field(default_factory=lambda: empty("phases"))
 
@@ -256,6 +259,7 @@ def _attributed_trace(campaign: Campaign, spec: Any, run: RunSpec, run_dir: Path
                 return done
         summary = attribution.summarize(trace, window=level.window, classes=table, steps=level.count,
                                         step_marker=marker)
+        split = attribution.host_gaps(trace, summary.window, summary.step_table)
     except Exception as exc:  # noqa: BLE001 - a bad trace is a result for the page, not a crash
         return runcache.Attributed(source, error=str(exc))  # not stored: what broke may be passing (memory)
     done = runcache.Attributed(source, {
@@ -266,7 +270,8 @@ def _attributed_trace(campaign: Campaign, spec: Any, run: RunSpec, run_dir: Path
                                      "gap_ms_per_step": summary.gap_ms_per_step, "step_method": summary.step_method,
                                      "steps_guessed": summary.steps_guessed, **summary.decode_columns()}]),
         "classes": summary.classes, "kernels": summary.kernels, "gaps": summary.gap_buckets,
-        "steps": summary.step_table, "phases": summary.phases})
+        "steps": split.with_steps(summary.step_table), "phases": summary.phases,
+        "host_gaps": pd.DataFrame([split.row(summary.window_ms, summary.steps)])})
     runcache.save(folder, key, done)
     return done
 
@@ -347,7 +352,7 @@ def build(campaign: Campaign, data_dir: Path | None = None) -> DerivedTables:
     rows = _run_folder_rows(campaign, parts, notes)
     _trace_only_tables(campaign, parts, notes)
     out = {"runs": pd.DataFrame(rows) if rows else empty("runs")}
-    for name in ("trace_runs", "classes", "kernels", "gaps", "steps", "phases"):
+    for name in ("trace_runs", "classes", "kernels", "gaps", "steps", "phases", "host_gaps"):
         frames = [f for f in parts[name] if len(f)]
         out[name] = pd.concat(frames, ignore_index=True) if frames else empty(name)
     return DerivedTables(**{k: normalize(k, v) for k, v in out.items()}, notes=tuple(notes))

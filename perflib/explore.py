@@ -25,7 +25,7 @@ from perflib.report import tables as page_tables
 
 class CampaignView:
     """One campaign's data: `.runs`, `.levels`, `.kernels`, `.classes`, `.gaps`, `.steps`,
-    `.trace_runs` as DataFrames, `.verdicts()`, `.gates()` and the `plot_*` figures."""
+    `.trace_runs`, `.host_gaps` as DataFrames, `.verdicts()`, `.gates()` and the `plot_*` figures."""
 
     def __init__(self, campaign: Campaign):
         self.campaign = campaign
@@ -36,7 +36,7 @@ class CampaignView:
 
     @cached_property
     def tables(self) -> derive.DerivedTables:
-        """The six derived tables, built from `data/raw` on first use."""
+        """The derived tables, built from `data/raw` on first use."""
         return derive.build(self.campaign)
 
     @property
@@ -62,6 +62,15 @@ class CampaignView:
     @property
     def steps(self) -> pd.DataFrame:
         return self.tables.steps
+
+    @property
+    def host_gaps(self) -> pd.DataFrame:
+        """What fills each traced run's host gaps (sync and copy wait, launch, other API, host compute)."""
+        return self.tables.host_gaps
+
+    def host_gap_split(self) -> pd.DataFrame:
+        """Per traced level: what fills the host gap, ms per step and share of the gap (or why not)."""
+        return page_tables.host_gap_level_table(self.tables)
 
     @property
     def notes(self) -> tuple[str, ...]:

@@ -46,3 +46,19 @@ def covered_ns(lo: int, hi: int, group_starts: np.ndarray, group_ends: np.ndarra
         return 0
     overlap = np.minimum(group_ends, hi) - np.maximum(group_starts, lo)
     return int(overlap[overlap > 0].sum())
+
+
+def covered_before(group_starts: np.ndarray, group_ends: np.ndarray, t: np.ndarray) -> np.ndarray:
+    """Nanoseconds of `(-inf, t)` covered by disjoint union groups sorted by start (from
+    `union_intervals`), for each t: the coverage of `[a, b)` is `covered_before(b) - covered_before(a)`,
+    for many ranges at once."""
+    gs = np.asarray(group_starts, dtype=np.int64)
+    ge = np.asarray(group_ends, dtype=np.int64)
+    t = np.asarray(t, dtype=np.int64)
+    if gs.size == 0:
+        return np.zeros(t.shape, dtype=np.int64)
+    done = np.concatenate(([0], np.cumsum(ge - gs)))
+    k = np.searchsorted(gs, t, side="right")  # groups starting at or before t
+    prev = np.maximum(k - 1, 0)
+    partial = np.clip(np.minimum(t, ge[prev]) - gs[prev], 0, None)
+    return np.where(k > 0, done[prev] + partial, 0).astype(np.int64)

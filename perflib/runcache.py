@@ -4,7 +4,8 @@ they came from, so that each trace is read and attributed once.
 The campaign runner attributes each traced run at the end of its arm (`perflib.derive.run_tables`),
 and the page's tables (`perflib.derive.build`) take that result from here instead of reading the raw
 trace again. A stored result stands only while its key does: the SHA-256 of the raw trace file (and
-its name, which format detection reads), of the run folder's `manifest.json` and `requests.jsonl`
+its name, which format detection reads, and the files a read of it reads besides it: a cut's host API
+calls, `traces.companion_files`), of the run folder's `manifest.json` and `requests.jsonl`
 (the level's window and step count), the counters' decode steps, the class table, the window mode,
 the step marker, perflib's version and `ATTRIBUTION_VERSION`. Anything else is recomputed from raw and
 stored again; `data/derived/` is never committed, so a fresh clone rebuilds everything from raw.
@@ -26,16 +27,17 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from perflib import atomic, classes, rundir
+from perflib import atomic, classes, rundir, traces
 from perflib.version import __version__
 
 if TYPE_CHECKING:
     import pandas as pd
 
-ATTRIBUTION_VERSION = 2
-"""Raised whenever attribution, its windows or this stored form change what a run's tables hold."""
+ATTRIBUTION_VERSION = 3
+"""Raised whenever attribution, its windows or this stored form change what a run's tables hold (2: step
+phases and the host gaps split, `phases`, `host_gaps` and the step table's parts)."""
 
-TABLES = ("trace_runs", "classes", "kernels", "gaps", "steps", "phases")
+TABLES = ("trace_runs", "classes", "kernels", "gaps", "steps", "phases", "host_gaps")
 RECORD = "attributed.json"
 _DIGEST_KEY = b"perflib.runcache.key"
 
@@ -94,7 +96,9 @@ def key(trace: Path, run_dir: Path, decode_steps: Any, class_table: classes.Clas
         if steps != steps:  # NaN: not a count
             steps = None
     return {"attribution_version": ATTRIBUTION_VERSION, "perflib": __version__, "trace_name": trace.name,
-            "trace_sha256": file_sha256(trace), "manifest_sha256": file_sha256(run_dir / rundir.MANIFEST),
+            "trace_sha256": file_sha256(trace),
+            "companions": {p.name: file_sha256(p) for p in traces.companion_files(trace)},
+            "manifest_sha256": file_sha256(run_dir / rundir.MANIFEST),
             "requests_sha256": file_sha256(run_dir / rundir.REQUESTS), "decode_steps": steps,
             "classes": class_table_id(class_table), "window": window, "step_marker": step_marker}
 

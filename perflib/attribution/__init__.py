@@ -11,10 +11,17 @@
 - `summary`: `summarize(trace, window, classes, steps)` → `TraceSummary` (GPU busy, host gaps by
   size, largest gaps, per-step figures, time by kernel and by kernel class).
 - `codes`: kinds and kernel names of a dispatch table as integer codes.
+- `hostgaps`: `host_gaps(trace, window, steps)` → `HostGaps`: what fills the host gaps (sync and copy
+  wait, launch, other API, host compute), from the host API calls of the launching threads.
+- `apicalls`: which host API call is which (the rule table: CUDA runtime and driver, HIP, HSA).
 
 The interval union they stand on is `perflib.intervals`.
 """
 
+from perflib.attribution.hostgaps import LABELS as HOST_GAP_LABELS
+from perflib.attribution.hostgaps import PARTS as HOST_GAP_PARTS
+from perflib.attribution.hostgaps import ROW_COLUMNS as HOST_GAP_COLUMNS
+from perflib.attribution.hostgaps import HostGaps, host_gaps
 from perflib.attribution.level import LevelWindow, manifest_window, run_window
 from perflib.attribution.markers import (
     ENGINE_FAMILIES,
@@ -50,3 +57,4 @@ __all__ = [
     "window_from_clocks", "window_from_manifest", "window_from_marker", "window_from_range",
     "window_from_step_annotations", "window_from_step_markers",
 ]
+__all__ += ["HOST_GAP_COLUMNS", "HOST_GAP_LABELS", "HOST_GAP_PARTS", "HostGaps", "host_gaps"]  # what fills the host gaps (`hostgaps`)

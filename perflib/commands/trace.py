@@ -33,6 +33,13 @@ busy_share as a fraction; the window's bounds in ns on the trace's clock):
                    count, summed length (ms) and share of all host gap (%)
   largest gaps     the longest gaps: where they start from the window start (ms), their
                    length (ms) and the dispatch that ends each (the one the host waited for)
+  what fills the host gaps  (JSON host_gaps) the host gap split by the host API calls in flight
+                   on the threads that launched the window's kernels: sync and copy wait (a
+                   synchronising call or a device-to-host copy), else launch (a kernel or graph
+                   launch call), else other API (any other call), else host compute (no call):
+                   ms, ms per step and share of the host gap (%); the four add up to the gap.
+                   Where the trace holds no API calls (CUPTI runtime/driver off, a format
+                   without them) it says so instead
   kernel classes   kernel time summed per class of the class table: time (ms), count,
                    ms per step, share of all kernel time (%); kernel time counts each
                    dispatch's own duration, so it can exceed GPU busy on several streams
@@ -45,6 +52,22 @@ WINDOW_HELP = (
     "START:END in integer ns on the trace's own clock, or with a unit suffix (ns, us, ms, s) relative "
     "to the first GPU event, e.g. 100ms:250ms; either side may be empty"
 )
+
+CUT_DESCRIPTION = (
+    "Profile the server once for a whole sweep, then cut: every run folder below RUNS_DIR whose "
+    "manifest has level clocks gets trace.parquet, the dispatches overlapping its level window "
+    "+- the margin, on the trace's own clock (aligned as `trace summary --manifest` does), with the "
+    "host API calls of the same window beside it as trace.api.parquet where the trace has any, and its "
+    "manifest gets trace_path and trace_cut. `perflib campaign report` then attributes each level "
+    "over its decode window. A run folder that already holds a cut keeps it, as it was, where the new "
+    "window holds fewer dispatches (a trace of another time would otherwise wipe a committed cut); "
+    "--replace overrides that. Each cut is written to a temporary file in its folder and renamed over "
+    "the old one once complete; only the manifests of folders whose cut was written change. Prints one "
+    "line per run folder: dispatches and kernels kept, window, file size, or why it was kept as it was. "
+    "Exit status 1 when a cut window holds no kernel, or an existing cut was kept because the new "
+    "window held fewer dispatches (a clock or process mismatch, usually)."
+)
+"""What `trace cut --help` says."""
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -86,19 +109,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     c = sub.add_parser(
         "cut",
         help="cut one server-lifetime trace into the level windows of a sweep's run folders",
-        description=(
-            "Profile the server once for a whole sweep, then cut: every run folder below RUNS_DIR whose "
-            "manifest has level clocks gets trace.parquet, the dispatches overlapping its level window "
-            "+- the margin, on the trace's own clock (aligned as `trace summary --manifest` does), and its "
-            "manifest gets trace_path and trace_cut. `perflib campaign report` then attributes each level "
-            "over its decode window. A run folder that already holds a cut keeps it, as it was, where the new "
-            "window holds fewer dispatches (a trace of another time would otherwise wipe a committed cut); "
-            "--replace overrides that. Each cut is written to a temporary file in its folder and renamed over "
-            "the old one once complete; only the manifests of folders whose cut was written change. Prints one "
-            "line per run folder: dispatches and kernels kept, window, file size, or why it was kept as it was. "
-            "Exit status 1 when a cut window holds no kernel, or an existing cut was kept because the new "
-            "window held fewer dispatches (a clock or process mismatch, usually)."
-        ),
+        description=CUT_DESCRIPTION,
     )
     c.add_argument("path", metavar="TRACE", help="the trace of the server's lifetime (any format `trace summary` reads)")
     c.add_argument("runs_dir", metavar="RUNS_DIR", help="a `perflib sweep --out` folder (or one run folder)")
@@ -175,14 +186,17 @@ def run_summary(args: argparse.Namespace) -> int:
     if args.steps is not None:
         steps = int(args.steps) if args.steps.isdigit() else args.steps
     summary = attribution.summarize(trace, window=window, classes=table, steps=steps, top=args.top)
+    split = attribution.host_gaps(trace, summary.window, summary.step_table)
     if args.json:
         out = summary.to_dict()
+        out["host_gaps"] = {**split.to_dict(), **{f"{p}_ms_per_step": split.row(steps=summary.steps)[f"{p}_ms_per_step"]
+                                                   for p in attribution.HOST_GAP_PARTS}}
         out["path"] = str(args.path)
         out["source"] = trace.source
         out["clock"] = trace.clock
         print(json.dumps(out, allow_nan=False))
     else:
-        print(format_summary(summary, trace))
+        print(format_summary(summary, trace, split))
     return 0
 
 
@@ -229,8 +243,47 @@ def _f(x: float | None, fmt: str = "{:.3f}", unit: str = "") -> str:
     return "n/a" if x is None else fmt.format(x) + unit
 
 
-def format_summary(summary, trace) -> str:  # noqa: ANN001 - TraceSummary, Trace (imported lazily)
-    """The readable report: headline figures, gap buckets, largest gaps, steps, kernels, classes."""
+def _split_lines(split, steps: int | None) -> list[str]:  # noqa: ANN001 - HostGaps (imported lazily)
+    """What fills the host gaps: a table of the four parts, or the line saying why it is not measured."""
+    from tabulate import tabulate  # late: as format_summary's
+
+    from perflib.attribution import HOST_GAP_LABELS, HOST_GAP_PARTS  # loaded by now (run_summary)
+
+    if not split.measured:
+        return ["", f"what fills the host gaps: not measured: {split.note}"]
+    calls = ", ".join(f"{n} {c}" for c, n in split.calls.items())
+    lines = ["", f"what fills the host gaps (API calls of {split.threads} launching thread"
+             f"{'s' if split.threads != 1 else ''}, found by {split.threads_by}; calls in the window: {calls})"]
+    gap = split.gap_ns
+    lines.append(tabulate(
+        [[HOST_GAP_LABELS[p], f"{split.part_ns(p) / 1e6:.3f}", _f(split.part_ns(p) / 1e6 / steps if steps else None),
+          f"{100 * split.part_ns(p) / gap:.1f}" if gap > 0 else "n/a"] for p in HOST_GAP_PARTS],
+        headers=["part", "ms", "ms/step" if steps else "ms/step (n/a)", "% of gap"], tablefmt="simple",
+        disable_numparse=True,
+    ))
+    return lines
+
+
+def _phase_lines(s, tabulate) -> list[str]:  # noqa: ANN001 - TraceSummary, tabulate (imported lazily by the caller)
+    """The 'steps by phase' table and its note, or nothing where no step has a phase."""
+    if not len(s.phases):
+        return []
+    period = "each step its own span" if s.steps_named else "each step from the previous step's end to its own end"
+    lines = ["", f"steps by phase ({period}; ms per step)"]
+    lines.append(tabulate(
+        [[r.phase, r.steps, f"{r.step_ms:.3f}", f"{r.span_ms_per_step:.3f}", f"{r.busy_ms_per_step:.3f}",
+          f"{r.gap_ms_per_step:.3f}", f"{r.dispatches_per_step:.1f}"] for r in s.phases.itertuples()],
+        headers=["phase", "steps", "step ms", "span ms", "GPU busy ms", "host gap ms", "dispatches"],
+        tablefmt="simple", disable_numparse=True,
+    ))
+    if s.phase_note:
+        lines.append(s.phase_note)
+    return lines
+
+
+def format_summary(summary, trace, split=None) -> str:  # noqa: ANN001 - TraceSummary, Trace, HostGaps (imported lazily)
+    """The readable report: headline figures, gap buckets, largest gaps, what fills the gaps (`split`,
+    `perflib.attribution.host_gaps`), steps, kernels, classes."""
     # late: tabulate (21 ms) only for the printed table, not --json; classes is loaded by now (run_summary)
     from tabulate import tabulate
 
@@ -252,17 +305,7 @@ def format_summary(summary, trace) -> str:  # noqa: ANN001 - TraceSummary, Trace
         )
     else:
         lines.append("steps    n/a (no step ranges, no request records and no step rhythm found; pass --steps N)")
-    if len(s.phases):
-        period = "each step its own span" if s.steps_named else "each step from the previous step's end to its own end"
-        lines += ["", f"steps by phase ({period}; ms per step)"]
-        lines.append(tabulate(
-            [[r.phase, r.steps, f"{r.step_ms:.3f}", f"{r.span_ms_per_step:.3f}", f"{r.busy_ms_per_step:.3f}",
-              f"{r.gap_ms_per_step:.3f}", f"{r.dispatches_per_step:.1f}"] for r in s.phases.itertuples()],
-            headers=["phase", "steps", "step ms", "span ms", "GPU busy ms", "host gap ms", "dispatches"],
-            tablefmt="simple", disable_numparse=True,
-        ))
-        if s.phase_note:
-            lines.append(s.phase_note)
+    lines += _phase_lines(s, tabulate)
     lines += ["", "host gaps by size"]
     lines.append(tabulate(
         [[r.bucket, r.count, f"{r.gap_ms:.3f}", f"{100 * r.gap_ms / s.gap_ms:.1f}" if s.gap_ms > 0 else "n/a"]
@@ -275,6 +318,8 @@ def format_summary(summary, trace) -> str:  # noqa: ANN001 - TraceSummary, Trace
             [[f"{r.offset_ms:.3f}", f"{r.gap_ms:.3f}", base_name(r.kernel)[:60]] for r in s.largest_gaps.itertuples()],
             headers=["at ms", "gap ms", "ended by"], tablefmt="simple", disable_numparse=True,
         ))
+    if split is not None:
+        lines += _split_lines(split, s.steps)
     per_step = "ms/step" if s.steps else "ms/step (n/a)"
     lines += ["", f"kernel classes (table {s.class_table})"]
     lines.append(tabulate(

@@ -8,6 +8,7 @@ from typing import Any
 
 import pandas as pd
 
+from perflib.attribution import HOST_GAP_LABELS, HOST_GAP_PARTS
 from perflib.config import Campaign
 from perflib.derive import DerivedTables
 from perflib.pageinputs import Reference
@@ -168,7 +169,8 @@ def profile(tables: DerivedTables, figure: dict | None) -> str:
                 "record or counter gave it, so the per-step figures of that level are estimates."
                 if any(r["steps"].endswith("(a guess)") for r in rows) else ""))
     intro = join(intro, _phase_lines(tables))
-    return join(section("Profile", intro, join(text, _phases(tables), _gaps(tables), _classes(tables),
+    return join(section("Profile", intro, join(text, _phases(tables), _gaps(tables), _host_gap_split(tables),
+                                               _classes(tables),
                                                _batch_classes(tables), _batch_steps(tables)),
                         f"{len(rows)} traced levels", figure))
 
@@ -200,6 +202,37 @@ def _gaps(tables: DerivedTables) -> str:
     text, _ = table(rows, [*KEYS, Column("bucket", "gap length"), Column("ms", "gap / step", True),
                            Column("count", "gaps / step", True)])
     return join("**Host gaps by length**, ms and count per step:", text) if text else ""
+
+
+def _part(r: Any, part: str) -> str:
+    """'2.10 ms (12.9%)': a part of the host gap per step and its share of the gap."""
+    ms = getattr(r, f"{part}_ms_per_step")
+    return "n/a" if ms is None or ms != ms else f"{fmt(ms, '.2f', ' ms')} ({pct(getattr(r, f'{part}_gap_share'))})"
+
+
+def _host_gap_split(tables: DerivedTables) -> str:
+    """What fills the host gaps per level (`tables.host_gap_level_table`), or one line saying why not."""
+    frame = tb.host_gap_level_table(tables)
+    if not len(frame):
+        return ""
+    title = "**What fills the host gaps**"
+    if not int(frame["measured"].sum()):
+        why = "; ".join(escape_md(n) for n in dict.fromkeys(str(n) for n in frame["note"] if n))
+        return f"{title}: not measured: {why or 'no host API records'}."
+    rows = [{**_keys(r), "runs": f"{int(r.measured)} of {int(r.runs)}" if r.measured != r.runs else str(int(r.runs)),
+             "gap": fmt(r.gap_ms_per_step, ".2f", " ms"), **{p: _part(r, p) for p in HOST_GAP_PARTS},
+             "launches": fmt(r.launch_calls_per_step, ".0f"), "why": escape_md(r.note)}
+            for r in frame.itertuples(index=False)]
+    text, _ = table(rows, [*KEYS, Column("runs", "traces with API records", True),
+                           Column("gap", "host gap / step", True),
+                           *(Column(p, HOST_GAP_LABELS[p], True) for p in HOST_GAP_PARTS),
+                           Column("launches", "launch calls / step", True), Column("why", "not measured")])
+    intro = (f"{title}, per step and as a share of the gap, from the host API records of the threads that "
+             "launch the kernels: sync and copy wait where a synchronising call or a device-to-host copy is in "
+             "flight, else launch where a kernel or graph launch call is, else other API where any other call "
+             "is, else host compute (no API call in flight: the server's scheduling, sampling, output "
+             "processing). The four add up to the gap; medians over repeats.")
+    return join(intro, text)
 
 
 def _classes(tables: DerivedTables) -> str:

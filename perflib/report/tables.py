@@ -14,6 +14,7 @@ from typing import Any
 import pandas as pd
 
 from perflib import checks
+from perflib.attribution import HOST_GAP_PARTS
 from perflib.config import Campaign
 from perflib.derive import GAP_ORDER, DerivedTables
 from perflib.pageinputs import Reference
@@ -409,6 +410,35 @@ def gap_level_table(tables: DerivedTables) -> pd.DataFrame:
     out = gaps.groupby([*LEVEL_KEYS, "bucket"], sort=False)[["gap_ms_per_step", "count_per_step"]].median().reset_index()
     out["_o"] = out["bucket"].map({b: i for i, b in enumerate(GAP_ORDER)})
     return out.sort_values([*LEVEL_KEYS, "_o"], kind="stable").drop(columns="_o").reset_index(drop=True)
+
+
+HOST_GAP_LEVEL = ["gap_ms_per_step", *(f"{p}_ms_per_step" for p in HOST_GAP_PARTS),
+                  *(f"{p}_gap_share" for p in HOST_GAP_PARTS), "launch_calls_per_step"]
+
+
+def host_gap_level_table(tables: DerivedTables) -> pd.DataFrame:
+    """Per traced level: what fills the host gap (`perflib.attribution.hostgaps`), ms per step of each part
+    and its share of the gap, medians over the repeats whose capture held host API calls (`measured` of
+    `runs`); `note` says why where none did."""
+    hg = tables.host_gaps
+    if hg is None or not len(hg):
+        return pd.DataFrame(columns=[*LEVEL_KEYS, "runs", "measured", *HOST_GAP_LEVEL, "note"])
+    hg = hg.copy()
+    steps = pd.to_numeric(hg["steps"], errors="coerce")
+    hg["gap_ms_per_step"] = pd.to_numeric(hg["gap_ms"], errors="coerce") / steps
+    hg["launch_calls_per_step"] = pd.to_numeric(hg["launch_calls"], errors="coerce") / steps
+    done = pd.to_numeric(hg["launch_ms"], errors="coerce").notna()
+    out = _median_levels(hg[done], HOST_GAP_LEVEL).drop(columns="runs")
+    levels = hg.assign(_done=done).groupby(LEVEL_KEYS, sort=True).agg(
+        runs=("_done", "size"), measured=("_done", "sum"),
+        note=("note", lambda n: next((str(x) for x in n if isinstance(x, str) and x), ""))).reset_index()
+    if len(out):
+        for key in ("batch", "context"):
+            out[key] = out[key].astype(levels[key].dtype)
+    out = levels.merge(out, on=LEVEL_KEYS, how="left") if len(out) else levels.assign(
+        **{c: float("nan") for c in HOST_GAP_LEVEL})
+    out["note"] = out["note"].where(out["measured"] == 0, "")
+    return out[[*LEVEL_KEYS, "runs", "measured", *HOST_GAP_LEVEL, "note"]].reset_index(drop=True)
 
 
 def counter_problems(tables: DerivedTables) -> list[str]:

@@ -149,9 +149,8 @@ def read_trace(path: str | Path, mode: ReadMode = ReadMode.FULL) -> Trace:
     return FORMATS[detect_format(path)].read(path, mode)
 
 
-LEAN_META = ("lean", "api")
-"""Meta keys a lean read adds about how it read, not about the file: `lean`, and nsys's note of the
-runtime calls it left unread (`api`)."""
+LEAN_META = ("lean",)
+"""Meta keys a lean read adds about how it read, not about the file: `lean`."""
 
 
 def file_meta(trace: Trace) -> dict:

@@ -233,21 +233,6 @@ def _runtime(con: sqlite3.Connection, path: Path, names: set[str]) -> pd.DataFra
                             SOURCE, path, lambda i: f"table {RUNTIME}, row {i + 1}")
 
 
-def _runtime_span(con: sqlite3.Connection, path: Path, names: set[str]) -> pd.DataFrame | None:
-    """The runtime calls' first start and last end (what `_shift_to_unix` weighs), by SQL aggregates and
-    without reading the calls; None where a time is not an integer (`_runtime` then names the row)."""
-    if RUNTIME not in names:
-        return schema.empty_api(SOURCE)
-    (first, last, count, odd), = _fetch(
-        con, path, f"SELECT MIN(start), MAX(end), COUNT(*), SUM(typeof(start) != 'integer' OR typeof(end) != "
-                   f"'integer') FROM {RUNTIME}", f"table {RUNTIME}")
-    if odd:
-        return None
-    rows = 1 if count else 0
-    return pd.DataFrame({"start_ns": np.full(rows, first if count else 0, np.int64),
-                         "end_ns": np.full(rows, last if count else 0, np.int64)})
-
-
 def _nvtx(con: sqlite3.Connection, path: Path, names: set[str]) -> pd.DataFrame:
     """NVTX ranges and marks (a mark has no end), their text inline or through `StringIds`."""
     if "NVTX_EVENTS" not in names:
@@ -314,8 +299,8 @@ def _shift_to_unix(tables: tuple[pd.DataFrame, ...], session: dict[str, Any]) ->
 
 def read_nsys(path: Path, mode: ReadMode = ReadMode.FULL) -> Trace:
     """An nsys SQLite export -> Trace; a lean `mode`: the dispatches as a lean table fetched in chunks
-    (LEAN_IDS: with device and stream), and the runtime calls read only where there are NVTX ranges to
-    place on the kernels they launched (the only use a summary has for them; `meta["api"]` says so)."""
+    (LEAN_IDS: with device and stream). The CUDA API calls are read in every mode: what fills the host
+    gaps (`perflib.attribution.hostgaps`) is told from them, in a summary and in a cut alike."""
     path, lean, ids = Path(path), mode.lean, mode.ids
     try:
         with reading(path) as con:
@@ -323,14 +308,13 @@ def read_nsys(path: Path, mode: ReadMode = ReadMode.FULL) -> Trace:
             kernels, name_col = _kernels(con, path, names, lean, ids)
             frames = ([kernels] if kernels is not None else []) + _copies_and_sets(con, path, names, lean, ids)
             markers = _nvtx(con, path, names)
-            span = None if not lean or len(markers) else _runtime_span(con, path, names)
-            api = _runtime(con, path, names) if span is None else schema.empty_api(SOURCE)
+            api = _runtime(con, path, names)
             session = _session(con, path, names)
             opened = con.open_note or "mode=ro"
     except ERRORS as exc:  # a damaged page met anywhere in the file
         raise InputError(path, None, "a readable SQLite database", said(exc)) from exc
     dispatches = schema.concat(frames or [schema.empty_dispatches(SOURCE)], schema.DISPATCH_COLUMNS)
-    relative, why = _shift_to_unix((dispatches, api, markers, span if span is not None else api.iloc[:0]), session)
+    relative, why = _shift_to_unix((dispatches, api, markers), session)
     export = session["export"]
     meta = {
         "kernel_name_column": name_col,
@@ -347,5 +331,4 @@ def read_nsys(path: Path, mode: ReadMode = ReadMode.FULL) -> Trace:
     }
     if lean:
         meta["lean"] = True
-        meta["api"] = "read" if len(markers) else "not read (no NVTX ranges: a summary does not use launches)"
     return Trace(dispatches, api, markers, "realtime" if relative else "unknown", SOURCE, str(path), meta)

@@ -3,7 +3,11 @@
 Profiler text is large (CUPTI prints ~500 bytes a kernel). For committing a trace cut to a
 level's window, the dispatch table itself is stored with dictionary-encoded names and zstd, and
 the original clock, source format and meta ride in the Parquet key-value metadata, so
-`read_trace` gives back exactly what the original reader gave for that window.
+`read_trace` gives back exactly what the original reader gave for that window. The host API calls of
+the same window (what fills its host gaps, `perflib.attribution.hostgaps`) go to a second file beside
+it in the same ns schema, `trace.api.parquet` (`api_path`), which the cut's metadata names with its row
+count; a cut that names none reads with no API calls and says why (`meta["api_note"]`: a cut made
+before perflib kept them, a capture without them, none in the window).
 
 Read back, the file is checked as any profiler output is: the metadata is JSON of the types written
 (an unknown clock, a non-object meta, ... are `InputError`s naming the key), the columns are of
@@ -31,25 +35,73 @@ if TYPE_CHECKING:
 
 PARQUET_MAGIC = b"PAR1"
 _META_KEY = b"perflib.trace"
+_API_KEY = b"perflib.trace.api"
+API_SUFFIX = ".api.parquet"
+"""How the file of a cut's host API calls is named beside it: `trace.parquet` -> `trace.api.parquet`."""
+READ_META = ("api_note",)
+"""Meta keys the read of a cut adds (why it holds no API calls), never written back into a cut."""
 
 
-def write_trace_parquet(trace: Trace, path: str | Path, start_ns: int | None = None,
-                        end_ns: int | None = None) -> Path:
-    """Write `trace.dispatches` (optionally only dispatches overlapping [start_ns, end_ns])."""
-    import pyarrow as pa  # late: not at `import perflib.traces` (module docstring)
+def api_path(path: str | Path) -> Path:
+    """The file beside a cut that holds its host API calls: `trace.parquet` -> `trace.api.parquet`."""
+    path = Path(path)
+    stem = path.name[: -len(".parquet")] if path.name.endswith(".parquet") else path.name
+    return path.with_name(stem + API_SUFFIX)
 
-    frame = trace.dispatches
+
+def _overlapping(frame: pd.DataFrame, start_ns: int | None, end_ns: int | None) -> pd.DataFrame:
+    """The rows overlapping [start_ns, end_ns) (either bound may be open), with a fresh index."""
     if start_ns is not None:
         frame = frame[frame["end_ns"] > start_ns]
     if end_ns is not None:
         frame = frame[frame["start_ns"] < end_ns]
-    frame = frame.reset_index(drop=True)
+    return frame.reset_index(drop=True)
+
+
+def write_api_parquet(trace: Trace, path: str | Path, start_ns: int | None = None, end_ns: int | None = None,
+                      name: str | None = None) -> dict[str, Any]:
+    """Write the host API calls of `trace` overlapping [start_ns, end_ns) to `path` (nothing where none
+    does) and return what the cut's own metadata says of them (`api` there): the file's `name` (default
+    `path`'s; None where nothing was written), its rows, the capture's rows and, where the capture held
+    none, why (a note the capture's read gave)."""
+    # late: not at `import perflib.traces` (module docstring)
+    import pandas as pd
+    import pyarrow as pa
+
+    frame = _overlapping(trace.api, start_ns, end_ns)
+    why = "" if len(trace.api) else str(trace.meta.get("api_note") or "")
+    described = {"file": None, "rows": 0, "capture_rows": int(len(trace.api)), "why": why}
+    if not len(frame):
+        return described
+    frame = frame.drop(columns=[c for c in ("source",) if c in frame.columns])
+    for col in ("name", "domain"):
+        if isinstance(frame[col].dtype, pd.CategoricalDtype):  # a lean read's codes: text, as the full read's
+            frame[col] = frame[col].astype("str")
     table = pa.Table.from_pandas(frame, preserve_index=False)
-    meta = {"clock": trace.clock, "source": trace.source, "path": trace.path, "meta": trace.meta,
-            "cut": {"start_ns": start_ns, "end_ns": end_ns}}
+    info = {"source": trace.source, "cut": {"start_ns": start_ns, "end_ns": end_ns}, "rows": int(len(frame))}
+    table = table.replace_schema_metadata({**(table.schema.metadata or {}),
+                                           _API_KEY: json.dumps(info).encode()})
+    write_table(table, Path(path), dictionary=("name", "domain"))
+    return {**described, "file": name or Path(path).name, "rows": int(len(frame))}
+
+
+def write_trace_parquet(trace: Trace, path: str | Path, start_ns: int | None = None,
+                        end_ns: int | None = None, api: dict[str, Any] | None = None) -> Path:
+    """Write `trace.dispatches` (optionally only dispatches overlapping [start_ns, end_ns]) and its host API
+    calls in the same bounds beside it (`api_path`, `write_api_parquet`); `api`: what `write_api_parquet`
+    gave where the caller wrote them itself (`perflib.cut`, through a temporary file)."""
+    import pyarrow as pa  # late: not at `import perflib.traces` (module docstring)
+
+    path = Path(path)
+    if api is None:
+        api = write_api_parquet(trace, api_path(path), start_ns, end_ns)
+    frame = _overlapping(trace.dispatches, start_ns, end_ns)
+    table = pa.Table.from_pandas(frame, preserve_index=False)
+    meta = {"clock": trace.clock, "source": trace.source, "path": trace.path,
+            "meta": {k: v for k, v in trace.meta.items() if k not in READ_META},
+            "cut": {"start_ns": start_ns, "end_ns": end_ns}, "api": api}
     table = table.replace_schema_metadata({**(table.schema.metadata or {}),
                                            _META_KEY: json.dumps(meta, default=str).encode()})
-    path = Path(path)
     write_table(table, path)
     return path
 
@@ -65,15 +117,15 @@ def write_dispatches(dispatches: pd.DataFrame, path: str | Path) -> Path:
     return write_trace_parquet(trace, path)
 
 
-def write_table(table, path: str | Path) -> None:
-    """Write a dispatch table the compact way: names dictionary-encoded, the integer columns
-    delta-encoded (timestamps in start order differ by little), zstd on top. About 35% smaller
-    than plain zstd on a CUPTI server trace; readers see no difference."""
+def write_table(table, path: str | Path, dictionary: tuple[str, ...] = ("kernel", "kind", "source")) -> None:
+    """Write a dispatch (or API) table the compact way: names (`dictionary`) dictionary-encoded, the
+    integer columns delta-encoded (timestamps in start order differ by little), zstd on top. About 35%
+    smaller than plain zstd on a CUPTI server trace; readers see no difference."""
     import pyarrow.parquet as pq  # late: not at `import perflib.traces` (module docstring)
 
     ints = [f.name for f in table.schema if str(f.type) == "int64"]
     pq.write_table(table, path, compression="zstd", compression_level=9,
-                   use_dictionary=[c for c in ("kernel", "kind", "source") if c in table.column_names],
+                   use_dictionary=[c for c in dictionary if c in table.column_names],
                    column_encoding={c: "DELTA_BINARY_PACKED" for c in ints})
 
 
@@ -92,11 +144,25 @@ def _info(path: Path, raw: bytes) -> dict[str, Any]:
               "meta": (lambda v: v is None or isinstance(v, dict), "an object of facts"),
               "cut": (lambda v: v is None or (isinstance(v, dict) and all(
                   v.get(k) is None or type(v.get(k)) is int for k in ("start_ns", "end_ns"))),
-                      "null or {start_ns, end_ns} as integers or null")}
+                      "null or {start_ns, end_ns} as integers or null"),
+              "api": (_api_described, "{file: a name beside this file or null, rows, capture_rows: counts, "
+                                      "why: text}")}
     for key, (ok, expected) in checks.items():
         if key in info and not ok(info[key]):
             raise InputError(path, f"{where}, key {key}", expected, repr(info[key])[:80])
     return info
+
+
+def _api_described(value: Any) -> bool:
+    """Whether the `api` a cut's metadata holds is what `write_api_parquet` writes: a plain file name
+    beside the cut (never a path) or null, and counts of rows."""
+    if not isinstance(value, dict):
+        return False
+    file, rows, capture = value.get("file"), value.get("rows"), value.get("capture_rows")
+    counts = type(rows) is int and rows >= 0 and (capture is None or (type(capture) is int and capture >= 0))
+    named = file is None or (isinstance(file, str) and file not in ("", ".", "..") and "/" not in file
+                             and "\\" not in file)
+    return counts and named and (file is None) == (rows == 0) and isinstance(value.get("why", ""), str)
 
 
 def _int_column(table: Any, name: str, path: Path, required: bool) -> np.ndarray:
@@ -179,6 +245,52 @@ def _column(table: Any, c: str, path: Path) -> np.ndarray:
         raise InputError(path, f"column {c}", "values that can be read", said(exc, with_type=True)) from exc
 
 
+NO_API_KEPT = "this trace cut holds GPU dispatches only: it was made before perflib kept the host API records"
+NO_API_IN_WINDOW = "no host API call of the capture overlaps this cut's window"
+
+
+def _api(path: Path, info: dict[str, Any], source: str) -> tuple[pd.DataFrame, str]:
+    """The cut's host API calls (the file its metadata names beside it), or none and why: a cut made
+    before perflib kept them, or none in the window ('' where the capture held none: its source format
+    says why, as for the capture itself, `perflib.attribution.hostgaps`). A file the metadata names
+    that is missing, or holds other rows, is an `InputError`: the cut would read as one without calls."""
+    # late: not at `import perflib.traces` (module docstring)
+    import pyarrow.parquet as pq
+
+    from perflib.traces import schema
+
+    described = info.get("api")
+    if described is None:
+        return schema.empty_api(source), NO_API_KEPT
+    if described["file"] is None:
+        why = described.get("why") or (NO_API_IN_WINDOW if described.get("capture_rows") else "")
+        return schema.empty_api(source), why
+    side = path.with_name(described["file"])
+    try:
+        table = pq.read_table(side)
+        raw = (table.schema.metadata or {}).get(_API_KEY)
+    except Exception as exc:  # pyarrow raises several types for a missing or damaged file
+        raise InputError(side, None, f"the host API calls that {path.name} names (a readable Parquet file)",
+                         said(exc, with_type=True)) from exc
+    if raw is None or table.num_rows != described["rows"]:
+        raise InputError(side, "metadata", f"the {described['rows']} host API calls that {path.name} names "
+                         f"(Parquet metadata key {_API_KEY.decode()!r})",
+                         f"{table.num_rows} rows" + ("" if raw is not None else ", without that key"))
+    missing = [c for c in schema.API_COLUMNS if c != "source" and c not in table.column_names]
+    if missing:
+        raise InputError(side, "columns", f"the API columns {schema.API_COLUMNS}", f"missing {missing}")
+    columns: dict[str, Any] = {}
+    for c in schema.API_COLUMNS[:-1]:
+        try:
+            columns[c] = (_text_column(table, c, side) if c in ("name", "domain")
+                          else _int_column(table, c, side, required=c in ("start_ns", "end_ns")))
+        except InputError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - values pyarrow cannot convert (text that is not UTF-8, ...)
+            raise InputError(side, f"column {c}", "values that can be read", said(exc, with_type=True)) from exc
+    return schema.api_frame(columns, source, side), ""
+
+
 def _trace(dispatches: Any, info: dict[str, Any], path: Path) -> Trace:
     from perflib.traces import schema  # late: not at `import perflib.traces` (module docstring)
 
@@ -186,8 +298,29 @@ def _trace(dispatches: Any, info: dict[str, Any], path: Path) -> Trace:
     meta = dict(info.get("meta") or {})
     meta["original_path"] = info.get("path")
     meta["cut"] = info.get("cut")
-    return Trace(dispatches=dispatches, api=schema.empty_api(source), markers=schema.empty_markers(source),
+    api, why = _api(path, info, source)
+    if why:
+        meta["api_note"] = why
+    return Trace(dispatches=dispatches, api=api, markers=schema.empty_markers(source),
                  clock=info.get("clock", "unknown"), source=source, path=str(path), meta=meta)
+
+
+def companion_files(path: str | Path) -> list[Path]:
+    """The files a read of `path` reads besides it: a cut's host API calls (`api_path`), where its
+    metadata names them. What keys a stored attribution of the cut (`perflib.runcache`)."""
+    import pyarrow.parquet as pq  # late: not at `import perflib.traces` (module docstring)
+
+    path = Path(path)
+    if path.is_dir() or not path.name.endswith(".parquet"):
+        return []
+    try:
+        raw = (pq.read_schema(path).metadata or {}).get(_META_KEY)
+        described = json.loads(raw).get("api") if raw else None
+    except Exception:  # noqa: BLE001 - not a cut that can be read: the read itself names the fault
+        return []
+    if not isinstance(described, dict) or not _api_described(described) or described["file"] is None:
+        return []
+    return [path.with_name(described["file"])]
 
 
 def read(path: str | Path, mode: ReadMode = ReadMode.FULL) -> Trace:

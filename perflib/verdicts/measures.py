@@ -19,6 +19,7 @@ import pandas as pd
 from perflib import checks
 from perflib.classes import OTHER
 from perflib.derive import DerivedTables
+from perflib.verdicts import gapsplit
 
 
 @dataclass(frozen=True)
@@ -379,11 +380,48 @@ def gap_share(tables: DerivedTables, scope: Scope) -> Measured:
     if row is None or not row["window_ms"]:
         return _no_trace(tables, scope)
     value = row["gap_ms"] / row["window_ms"]
+    split = gapsplit.split_of(_select(tables.host_gaps, scope))
+    filled = split.filled_by() if split is not None else ""  # what fills them, where the capture says
     if row["steps"]:
         step = row["window_ms"] / row["steps"]
         return Measured(value, f"host gaps {row['gap_ms'] / row['steps']:.1f} of {step:.1f} ms per step ({_pct(value)})"
-                               + row["guess"])
-    return Measured(value, f"host gaps {row['gap_ms']:.1f} of {row['window_ms']:.1f} ms in the window ({_pct(value)})")
+                               + row["guess"] + filled)
+    return Measured(value, f"host gaps {row['gap_ms']:.1f} of {row['window_ms']:.1f} ms in the window ({_pct(value)})"
+                           + filled)
+
+
+def _gap_part(tables: DerivedTables, scope: Scope, part: str) -> Measured:
+    """One part of the host gap as a share of the step (`gapsplit`), or why it was not measured."""
+    split = gapsplit.split_of(_select(tables.host_gaps, scope))
+    if split is None:
+        return _no_trace(tables, scope)
+    if not split.measured:
+        return Measured(None, "", split.note)
+    return Measured(split.step_share[part], split.sentence(part) + _guess(_select(tables.trace_runs, scope)))
+
+
+@measurement("launch_share", unit="fraction", trace=True)
+def launch_share(tables: DerivedTables, scope: Scope) -> Measured:
+    """Host gap with a launch call in flight (and no sync), as a share of the step, from the host API records."""
+    return _gap_part(tables, scope, "launch")
+
+
+@measurement("sync_share", unit="fraction", trace=True)
+def sync_share(tables: DerivedTables, scope: Scope) -> Measured:
+    """Host gap with a synchronising call or a device-to-host copy in flight, as a share of the step."""
+    return _gap_part(tables, scope, "sync")
+
+
+@measurement("other_api_share", unit="fraction", trace=True)
+def other_api_share(tables: DerivedTables, scope: Scope) -> Measured:
+    """Host gap with only other API calls in flight (no launch, no sync), as a share of the step."""
+    return _gap_part(tables, scope, "other_api")
+
+
+@measurement("host_compute_share", unit="fraction", trace=True)
+def host_compute_share(tables: DerivedTables, scope: Scope) -> Measured:
+    """Host gap with no API call in flight on the launching threads (scheduling, sampling), as a share of the step."""
+    return _gap_part(tables, scope, "host_compute")
 
 
 @measurement("gap_ms_per_step", unit="ms", trace=True)
