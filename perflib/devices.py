@@ -101,7 +101,7 @@ class Gpu:
 @dataclass(frozen=True)
 class Device:
     """Where a run ran: the host, the GPUs it could see (vendor, their indices, names, UUIDs; empty where
-    none), whether a worker pinned them, and the CPU set."""
+    none), whether a worker pinned them, and the CPU set where it is a part of the machine's ('' for all)."""
 
     host: str
     vendor: str | None = None
@@ -179,6 +179,12 @@ def select(gpus: list[Gpu], ids: tuple[str, ...] | None) -> tuple[Gpu, ...]:
     return tuple(g for i in ids if (g := by_index.get(i) or by_uuid.get(i)) is not None)
 
 
+def own_cpus_text() -> str:
+    """This process's CPU set as text where it is a part of the machine's CPUs ('' for all of them)."""
+    cpus = cpu_set()
+    return cpu_text(cpus) if cpus and len(cpus) < (os.cpu_count() or len(cpus)) else ""
+
+
 @functools.lru_cache(maxsize=1)
 def this_device() -> Device:
     """This process's device, asked of nvidia-smi (else rocm-smi) once per process."""
@@ -186,5 +192,30 @@ def this_device() -> Device:
     for vendor, lister in (("nvidia", nvidia_gpus), ("rocm", rocm_gpus)):
         gpus = lister()
         if gpus is not None:
-            return Device(host_name(), vendor, select(gpus, ids), ids, cpu_text(cpu_set()))
-    return Device(host_name(), None, (), ids, cpu_text(cpu_set()))
+            return Device(host_name(), vendor, select(gpus, ids), ids, own_cpus_text())
+    return Device(host_name(), None, (), ids, own_cpus_text())
+
+
+def from_record(record: object) -> Device | None:
+    """A manifest's `device` record back as a `Device` (None where the run recorded none)."""
+    if not isinstance(record, dict) or not isinstance(record.get("host"), str):
+        return None
+    gpus = tuple(Gpu(str(g.get("index", "")), str(g.get("name", "")), str(g.get("uuid", "")))
+                 for g in record.get("gpus") or () if isinstance(g, dict))
+    pin = record.get("pinned")
+    return Device(record["host"], record.get("vendor"), gpus, tuple(str(p) for p in pin) if isinstance(pin, list)
+                  else None, str(record.get("cpus") or ""))
+
+
+def describe_record(record: object) -> str:
+    """`Device.describe` of a manifest's `device` record ('' where the run recorded none)."""
+    device = from_record(record)
+    return device.describe() if device is not None else ""
+
+
+def kind(record: object) -> str:
+    """What kind of device a record names, whichever one of that kind: the GPUs' names, or `CPU`."""
+    device = from_record(record)
+    if device is None:
+        return ""
+    return ", ".join(sorted(g.name for g in device.gpus)) or "CPU"

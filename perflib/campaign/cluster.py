@@ -114,13 +114,15 @@ def _distributed() -> Any:
 def _quiet_dask() -> Iterator[None]:
     """Dask's own log lines (a lost connection is an ERROR with a traceback) held back while this runner
     talks to it: what matters is said once, as a perflib line."""
-    logger = logging.getLogger("distributed")
-    level = logger.level
-    logger.setLevel(logging.CRITICAL + 1)
+    names = ["distributed", *(n for n in logging.root.manager.loggerDict if n.startswith("distributed."))]
+    levels = {name: logging.getLogger(name).level for name in names}  # dask's config sets some of their own
+    for name in names:
+        logging.getLogger(name).setLevel(logging.CRITICAL + 1)
     try:
         yield
     finally:
-        logger.setLevel(level)
+        for name, level in levels.items():
+            logging.getLogger(name).setLevel(level)
 
 
 def _say(message: str) -> None:
@@ -219,15 +221,17 @@ class _Session:
         self.groups = groups
         for key in groups:
             self.submit(key, 1)
+        checked = time.monotonic()
         while self.pending:
-            try:
-                done, _ = self.distributed.wait(list(self.pending), timeout=POLL_S, return_when="FIRST_COMPLETED")
-            except TimeoutError:
-                done = set()
+            done = [f for f in self.pending if f.status != "pending"]
             for future in done:
                 key, tries = self.pending.pop(future)
                 self._finished(future, key, tries)
-            self._forget_gone()
+            if time.monotonic() - checked > POLL_S:
+                self._forget_gone()
+                checked = time.monotonic()
+            if not done:
+                time.sleep(0.2)
 
     def _fail(self, key: tuple[str, str], why: str, only: set[str] | None = None) -> None:
         for run in self.groups[key]:
