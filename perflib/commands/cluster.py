@@ -100,6 +100,9 @@ def start_worker(args: argparse.Namespace) -> int:
     if warning:
         print(f"perflib: {warning}", file=sys.stderr)
     if cpus:
+        have = devices.cpu_set()
+        if have is not None and not set(cpus) <= set(have):
+            raise PerflibError(f"--cpus {args.cpus}: this process may use CPUs {devices.cpu_text(have)} only")
         os.sched_setaffinity(0, cpus)  # inherited by the worker and everything it starts
     sys.stdout.flush()
     sys.stderr.flush()

@@ -286,9 +286,13 @@ def ratio(tables: DerivedTables, campaign: Campaign, arms: Sequence[str], refere
                            Column("ran_on", "ran on (host: device)")])
     intro = (f"Decode step (counters) at batch B over the single-stream step, per backend and context (medians "
              f"over repeats; arm {escape_md(arms[-1]) if arms else 'n/a'}, the last compared).")
-    hosts = {b.name: (ran_on or {}).get((arms[-1] if arms else "", b.name), "") for b in campaign.backends}
-    hosts = {b: h.partition(":")[0] for b, h in hosts.items() if h}  # issue 29: the manifest's host
+    where = {b.name: (ran_on or {}).get((arms[-1] if arms else "", b.name), "") for b in campaign.backends}
+    where = {b: w for b, w in where.items() if w}  # issue 29: where each ran (the manifest's host first)
+    hosts = {b: w.partition(":")[0] for b, w in where.items()}
     if len(set(hosts.values())) > 1:
         intro += " The backends ran on different hosts: " + ", ".join(
             f"{escape_md(b)} on {escape_md(h)}" for b, h in hosts.items()) + "."
+    elif len(set(where.values())) > 1:
+        intro += f" The backends ran on different devices of host {escape_md(next(iter(hosts.values())))}: " + \
+            "; ".join(f"{escape_md(b)} on {escape_md(w.partition(': ')[2])}" for b, w in where.items()) + "."
     return section("Cross-backend reference ratio", intro, text, f"{len(rows)} rows")

@@ -47,6 +47,12 @@ def test_bad_worker_arguments_are_refused(capsys, args, said):
     assert code == 2 and said in capsys.readouterr().err
 
 
+def test_cpus_this_machine_does_not_have_are_one_error_line(capsys):
+    assert main(["cluster", "worker", "tcp://127.0.0.1:8786", "--backend", "cpu", "--cpus", "4096-4097"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("perflib: error: --cpus 4096-4097: this process may use CPUs ") and err.count("\n") == 1
+
+
 @pytest.mark.parametrize(("address", "warned"), [("tcp://10.1.2.3:8786", True), ("gpu-box:8786", True),
                                                  ("tcp://127.0.0.1:8786", False), ("tcp://localhost:8786", False),
                                                  ("tls://10.1.2.3:8786", False), ("tcp://[::1]:8786", False)])
