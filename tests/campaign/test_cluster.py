@@ -186,3 +186,36 @@ def test_a_lost_scheduler_ends_the_runner_with_one_error_line_and_keeps_what_was
     assert len(errors) == 1 and "lost the scheduler" in errors[0], err
     assert "Traceback" not in err
     assert all(rundir.is_complete(there / f"b{b}_c32_r1") for b in (1, 2, 3))  # measured there, not lost
+
+
+def test_a_copy_that_does_not_match_its_listing_is_not_used_and_the_run_is_measured_again(tmp_path, monkeypatch):
+    """The first copy of one run's records arrives with a byte changed (a bad link): that folder is not
+    used, the worker moves its copy aside and measures the run again, and the second copy is taken."""
+    path = write_campaign(tmp_path, standin_backend(), batches="[1, 2]")
+    data = tmp_path / "runner-data"
+    spoiled: list[str] = []
+    reader = cluster._Session._reader
+
+    def spoiling_reader(self, outcome):
+        read = reader(self, outcome)
+
+        def spoil(name: str, offset: int, size: int) -> bytes:
+            block = read(name, offset, size)
+            if name.endswith("b1_c32_r1/requests.jsonl") and not spoiled:
+                spoiled.append(name)
+                return bytes([block[0] ^ 1]) + block[1:]
+            return block
+        return spoil
+
+    monkeypatch.setattr(cluster._Session, "_reader", spoiling_reader)
+    with local_cluster({"h-a": {"backends": ["standin"]}}, tmp_path) as (address, folders):
+        result = pc.run_campaign(pc.load_campaign(path), data_dir=data, cluster=address, progress=False,
+                                 write_page=False, contention_threshold=None)
+    there, here = group_of(folders["h-a"], "standin"), group_of(data, "standin")
+    assert spoiled and result.failed == ()
+    assert sorted(result.done) == ["default/standin/b1_c32_r1", "default/standin/b1_c32_r1",
+                                   "default/standin/b2_c32_r1"]  # b1 measured twice
+    moved = rundir.read_manifest(there / "b1_c32_r1.copy-mismatch-1")
+    assert moved["status"] == "complete"  # the worker's first measurement, kept aside there
+    assert (here / "b1_c32_r1" / "requests.jsonl").read_bytes() == (there / "b1_c32_r1" / "requests.jsonl").read_bytes()
+    assert rundir.read_manifest(here / "b1_c32_r1")["clocks"] == rundir.read_manifest(there / "b1_c32_r1")["clocks"]
