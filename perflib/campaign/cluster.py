@@ -176,7 +176,14 @@ def _check_workers(client: Any, backends: set[str], address: str) -> dict[str, d
     perflib version, or a backend no worker offers, is an error naming them."""
     deadline = time.monotonic() + CONNECT_S
     while True:
-        workers = client.run(worker.facts)
+        answers = client.run(worker.facts, on_error="return")
+        mute = {a: e for a, e in answers.items() if not isinstance(e, dict)}
+        if mute:  # a perflib without `perflib.campaign.worker`, or none at all
+            address_of, why = next(iter(sorted(mute.items(), key=lambda kv: kv[0])))
+            said = str(why) if type(why) is Exception else f"{type(why).__name__}: {why}"  # Dask wraps some
+            raise PerflibError(f"--cluster {address}: worker {address_of} could not answer ({said}): install "
+                               f"perflib {__version__} (perflib[cluster]) on every worker")
+        workers = answers
         offered = {r for f in workers.values() for r in f["resources"]}
         missing = sorted(b for b in backends if resource(b) not in offered)
         if not missing or time.monotonic() > deadline:

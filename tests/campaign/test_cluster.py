@@ -10,6 +10,7 @@ import os
 import re
 import shutil
 import signal
+import subprocess
 import sys
 import textwrap
 from pathlib import Path
@@ -146,24 +147,37 @@ def test_a_backend_no_worker_offers_is_named_at_once(tmp_path, monkeypatch):
     assert not (tmp_path / "h-a" / "raw").exists()  # nothing was sent
 
 
-def test_a_worker_of_another_perflib_version_is_refused_with_both_versions(tmp_path):
+@pytest.mark.parametrize("older", ["version", "no cluster support"])
+def test_a_worker_of_another_perflib_is_refused_naming_it(tmp_path, older):
+    """A worker whose perflib is another version (both versions named), or one from before the cluster
+    (it cannot answer at all), is refused before anything is sent."""
     other = tmp_path / "other-perflib"
     shutil.copytree(REPO / "perflib", other / "perflib", ignore=shutil.ignore_patterns("__pycache__"))
-    (other / "perflib" / "version.py").write_text('"""An older perflib."""\n\n__version__ = "0.0.1"\n')
+    if older == "version":
+        (other / "perflib" / "version.py").write_text('"""An older perflib."""\n\n__version__ = "0.0.1"\n')
+    else:
+        (other / "perflib" / "campaign" / "worker.py").unlink()
     path = write_campaign(tmp_path, standin_backend())
     kept = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p and Path(p).resolve() != REPO]
     pythonpath = os.pathsep.join([str(other), *kept])  # the older copy first, this checkout not at all
     with scheduler_process(tmp_path) as (address, _):
         worker = worker_process(address, "--backend", "standin", "--gpu", "none", "--name", "old",
-                                env={"PYTHONPATH": pythonpath}, cwd=tmp_path)
+                                env={"PYTHONPATH": pythonpath}, cwd=tmp_path) if older == "version" else \
+            subprocess.Popen([sys.executable, "-m", "distributed.cli.dask_worker", address, "--host", "127.0.0.1",
+                              "--nthreads", "1", "--resources", "backend-standin=1", "--name", "old",
+                              "--no-dashboard"], cwd=tmp_path, env={**os.environ, "PYTHONPATH": pythonpath},
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # plain `dask worker`
         try:
             with pytest.raises(PerflibError) as caught:
                 pc.run_campaign(pc.load_campaign(path), cluster=address, progress=False, contention_threshold=None)
         finally:
             stop(worker)
     text = str(caught.value)
-    assert "worker old (tcp://127.0.0.1:" in text and ") runs perflib 0.0.1" in text, text
-    assert f"this runner perflib {__version__}" in text and __version__ != "0.0.1"
+    if older == "version":
+        assert "worker old (tcp://127.0.0.1:" in text and ") runs perflib 0.0.1" in text, text
+        assert f"this runner perflib {__version__}" in text and __version__ != "0.0.1"
+    else:
+        assert "could not answer (ModuleNotFoundError" in text and f"install perflib {__version__}" in text, text
     assert not (tmp_path / "data" / "raw").exists()  # nothing was sent
 
 
