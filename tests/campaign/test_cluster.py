@@ -35,6 +35,7 @@ from perflib.errors import PerflibError
 from perflib.version import __version__
 
 distributed_or_skip()
+pytestmark = pytest.mark.slow  # a local cluster takes seconds to start
 
 
 def standin_backend(name: str = "standin", *flags: str) -> str:
