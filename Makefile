@@ -11,7 +11,7 @@ install: $(VENV)/.installed
 $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)  # a conda env given as VENV is used as it is
 	$(PY) -m pip install -q -U pip
-	$(PY) -m pip install -q -e '.[dev,notebooks]'
+	$(PY) -m pip install -q -e '.[dev,notebooks,cluster]'  # cluster: tests/campaign/test_cluster*.py
 	$(PY) -m ipykernel install --user --name perflib --display-name "perflib (venv)" >/dev/null
 	$(PY) -m compileall -q perflib  # bytecode now: with PYTHONDONTWRITEBYTECODE set, no import would write it
 	touch $@

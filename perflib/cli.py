@@ -17,7 +17,7 @@ from perflib.version import __version__
 # `func(args) -> int`. Command modules import at the top only the standard library, `perflib.cli`,
 # `perflib.errors` and (`metrics`, whose help lists the figures) the light `perflib.metrics`; a command's
 # subsystem loads when it runs, so `perflib --help` and `perflib trace summary` start without pandas or httpx.
-COMMANDS = ("server", "sweep", "metrics", "trace", "campaign")
+COMMANDS = ("server", "sweep", "metrics", "trace", "campaign", "cluster")
 
 
 def _number(text: str, kind: type, low: float | None, low_open: bool, high: float | None, expected: str) -> float:

@@ -24,7 +24,7 @@ from typing import Any
 
 import pandas as pd
 
-from perflib import atomic, derive, rundir, safeinput
+from perflib import atomic, derive, devices, rundir, safeinput
 from perflib.config import Campaign, opening_question, read_campaign
 from perflib.errors import InputError
 
@@ -34,8 +34,10 @@ FOLDERS = ["arm", "backend", "run", "path", "status", "errors", "end_ns", "conte
 at its end; `contended` True for a complete run the contention check flagged."""
 TRACE_FILES = ["arm", "backend", "batch", "context", "repeat", "path"]
 """trace_files.csv: one row per run of a trace-only backend, `path` '' where its file is missing."""
-ENVIRONMENT = ["arm", "backend", "host", "server", "model", "flags", "tools"]
-"""environment.csv: one row per (arm, backend), from its complete run's manifest."""
+ENVIRONMENT = ["arm", "backend", "host", "server", "model", "flags", "tools", "device", "device_kind"]
+"""environment.csv: one row per (arm, backend), from its complete run's manifest; `device` is where it ran
+(`perflib.devices.describe_record`: host, GPU name, index, UUID, CPUs) and `device_kind` its kind ('' for
+runs that recorded no device)."""
 FACTS = ["file", "label", "key", "value"]
 """environment_facts.csv: one row per fact of an `environment_files` entry."""
 TEXT_COLUMNS = {"folders.csv": FOLDERS, "trace_files.csv": TRACE_FILES, "environment.csv": ENVIRONMENT,
@@ -184,8 +186,42 @@ def environment_rows(campaign: Campaign, found: Sequence[tuple[rundir.RunFolder,
         rows.append({"arm": arm, "backend": backend, "host": m.get("host") or tools.get("platform") or "n/a",
                      "server": f"{server.get('kind', 'n/a')} {server.get('version') or ''}".strip(),
                      "model": os.path.basename(str(model)) if model else "n/a",
-                     "flags": flags or "n/a", "tools": tool_text or "n/a"})
+                     "flags": flags or "n/a", "tools": tool_text or "n/a",
+                     "device": devices.describe_record(m.get("device")), "device_kind": devices.kind(m.get("device"))})
     return pd.DataFrame(rows, columns=ENVIRONMENT) if rows else _empty(ENVIRONMENT)
+
+
+def _text(frame: pd.DataFrame, column: str) -> pd.Series:
+    return frame[column].fillna("").astype(str) if column in frame.columns else pd.Series([""] * len(frame))
+
+
+def device_lines(environment: pd.DataFrame) -> list[str]:
+    """One sentence per backend whose arms ran on different devices (cluster workers, issue 29): of one
+    kind, or of different kinds; nothing where they shared one or recorded none."""
+    out = []
+    if not len(environment):
+        return out
+    frame = environment.assign(device=_text(environment, "device").values,
+                               device_kind=_text(environment, "device_kind").values)
+    for backend, rows in frame[frame["device"] != ""].groupby("backend", sort=True):
+        if rows["device"].nunique() < 2:
+            continue
+        which = "; ".join(f"{r.arm} on {r.device}" for r in rows.itertuples(index=False))
+        kinds = sorted(set(rows["device_kind"]))
+        out.append(f"The arms of {backend} ran on different devices of one kind ({kinds[0]}): {which}."
+                   if len(kinds) == 1 else
+                   f"The arms of {backend} ran on different kinds of device ({', '.join(kinds)}), so comparing "
+                   f"them compares the devices too: {which}.")
+    return out
+
+
+def ran_on(environment: pd.DataFrame) -> dict[tuple[str, str], str]:
+    """(arm, backend) -> the device its runs recorded (host first), where they recorded one."""
+    if not len(environment):
+        return {}
+    devices_seen = _text(environment, "device")
+    return {(str(a), str(b)): d for a, b, d in zip(environment["arm"], environment["backend"], devices_seen,
+                                                   strict=True) if d}
 
 
 def _dotted(doc: Any, key: str) -> Any:

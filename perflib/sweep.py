@@ -25,7 +25,7 @@ from urllib.parse import urlsplit
 
 import httpx
 
-from perflib import load, rundir, runs, server
+from perflib import devices, load, rundir, runs, server
 from perflib.config.model import MAX_RUNS
 from perflib.errors import PerflibError
 from perflib.version import __version__
@@ -197,6 +197,7 @@ def _started_manifest(base_url: str, endpoint: str, batch: int, context: int, de
     return {
         "batch": batch, "context": context, "decode_tokens": decode_tokens, "repeat": repeat,
         "base_url": base_url, "endpoint": endpoint, "server": None, "tools": tool_versions(),
+        "host": devices.host_name(), "device": devices.this_device().as_dict(),  # which worker's GPU (issue 29)
         "clocks": {"start": None, "end": None},
         "prompt_tokens": {"target": context, "measured": [], "method": None},
         "status": rundir.INCOMPLETE, "errors": ["level started but did not finish"],

@@ -7,6 +7,8 @@
   restarted where it died, stopped at the end; `server.json` records every start.
 - `captures`: a stopped server's lifetime capture cut into the runs it served.
 - `claims`: one runner per (arm, backend), whichever host, over a shared data folder.
+- `cluster`, `worker`, `transfer`: `run_campaign(cluster=...)`: each (arm, backend) on a Dask worker, as a
+  `campaign run --only` child there, its files copied back in bounded chunks and checked (docs/CLUSTER.md).
 - `notebooks`: papermill execution, and the functions the notebooks call (`collect_run`, ...).
 - `records`: a run's collect.ipynb and profile.ipynb written from its results, no kernel.
 - `guard`: the GPU guard that redoes contended runs.

@@ -2,7 +2,10 @@
 
 A shared GPU box gives noisy numbers. The guard lists the processes holding the GPU
 (`nvidia-smi --query-compute-apps` on NVIDIA, `/sys/class/kfd/kfd/proc` on ROCm); any that is not
-the runner or its server is contention.
+the runner or its server is contention. A process pinned to some GPUs (a cluster worker's
+`CUDA_VISIBLE_DEVICES` / `ROCR_VISIBLE_DEVICES`, `perflib.devices`) is judged on those alone: the
+server a sibling worker runs on another GPU of the node is not contention; pinned to none, there is
+nothing to guard.
 """
 
 from __future__ import annotations
@@ -16,23 +19,47 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+from perflib import devices
 from perflib.errors import PerflibError
+
+KFD = Path("/sys/class/kfd/kfd")
 
 GUARD_EXIT = 75
 """The exit status when every attempt was contended, as the seed's rocm_gpu_guard.sh."""
 
 
 def _gpu_pids() -> tuple[str, set[int]] | None:
-    """('nvidia'|'rocm', pids holding the GPU) or None where no GPU tooling is present."""
+    """('nvidia'|'rocm', pids holding the GPUs this process may use) or None where no GPU tooling is
+    present."""
+    ids = devices.pinned()
     if shutil.which("nvidia-smi"):
-        out = subprocess.run(["nvidia-smi", "--query-compute-apps=pid", "--format=csv,noheader"],
+        out = subprocess.run(["nvidia-smi", "--query-compute-apps=pid,gpu_uuid", "--format=csv,noheader"],
                              capture_output=True, text=True, timeout=30)
         if out.returncode == 0:
-            return "nvidia", {int(x) for x in out.stdout.split() if x.strip().isdigit()}
-    kfd = Path("/sys/class/kfd/kfd/proc")
-    if kfd.is_dir():
-        return "rocm", {int(p.name) for p in kfd.iterdir() if p.name.isdigit()}
+            mine = devices.this_device().uuids if ids is not None else None
+            return "nvidia", {int(cells[0]) for line in out.stdout.splitlines()
+                              if (cells := [c.strip() for c in line.split(",")])[0].isdigit()
+                              and (mine is None or (len(cells) > 1 and cells[1] in mine))}
+    if (KFD / "proc").is_dir():
+        return "rocm", rocm_pids(KFD, ids)
     return None
+
+
+def rocm_pids(kfd: Path, ids: tuple[str, ...] | None) -> set[int]:
+    """The processes under `kfd/proc`; pinned to GPU indices (`ROCR_VISIBLE_DEVICES`), those with memory
+    on one of them (`proc/<pid>/vram_<gpu_id>`, the GPU nodes of `topology/nodes` in order). A pin by
+    UUID is not resolved here: every process counts."""
+    pids = {int(p.name) for p in (kfd / "proc").iterdir() if p.name.isdigit()}
+    if ids is None or not all(i.isdigit() for i in ids):
+        return pids
+    gpu_ids = []
+    nodes = sorted((n for n in (kfd / "topology" / "nodes").glob("*") if n.name.isdigit()), key=lambda n: int(n.name))
+    for node in nodes:
+        with contextlib.suppress(OSError, ValueError):
+            if int((node / "gpu_id").read_text().strip() or 0):
+                gpu_ids.append((node / "gpu_id").read_text().strip())
+    mine = {gpu_ids[int(i)] for i in ids if int(i) < len(gpu_ids)}
+    return {pid for pid in pids if any((kfd / "proc" / str(pid) / f"vram_{g}").exists() for g in mine)}
 
 
 def _descendants(roots: set[int]) -> set[int]:
@@ -65,7 +92,7 @@ class GpuGuard:
         self.wait_timeout_s = wait_timeout_s
         self.log = log
         self.vendor = None
-        probe = _gpu_pids()
+        probe = _gpu_pids() if devices.pinned() != () else None  # pinned to no GPU: none to guard
         self.vendor = probe[0] if probe else None
         self.own_roots: set[int] = {os.getpid()}
         self._seen: set[int] = set()
@@ -73,7 +100,9 @@ class GpuGuard:
         """Since when the GPU has been watched with no foreign process on it (None: not watched yet)."""
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        if self.vendor is None:
+        if self.vendor is None and devices.pinned() == ():
+            self.log("perflib: GPU guard: this process is pinned to no GPU (a CPU worker); the guard does nothing")
+        elif self.vendor is None:
             self.log("perflib: GPU guard: no GPU found (no nvidia-smi, no /sys/class/kfd); the guard does nothing")
 
     def foreign(self) -> set[int]:

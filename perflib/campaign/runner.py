@@ -111,7 +111,8 @@ def run_campaign(campaign: Campaign, data_dir: Path | None = None, reports_dir: 
                  contention_threshold: float | None = load.CPU_THRESHOLD,
                  wait_threshold: float | None = load.WAIT_THRESHOLD,
                  psi_threshold: float | None = load.PSI_THRESHOLD,
-                 contention_wait_s: float = WAIT_BUDGET_S, papermill: bool = False) -> CampaignResult:
+                 contention_wait_s: float = WAIT_BUDGET_S, papermill: bool = False,
+                 cluster: str | None = None) -> CampaignResult:
     """Measure every incomplete run of the campaign, then derive the tables and write the page.
 
     Each run is measured in this process and its notebooks written from the results; with `papermill`,
@@ -123,13 +124,21 @@ def run_campaign(campaign: Campaign, data_dir: Path | None = None, reports_dir: 
     `psi_threshold` the PSI stall share, before
     the run is contended (`perflib.load.contention`); None samples nothing. A contended run is redone
     (`perflib.campaign.contention`: at most `contention_wait_s` of waiting for quiet CPUs over the
-    campaign) and at last kept, marked contended."""
+    campaign) and at last kept, marked contended.
+
+    `cluster`: a Dask scheduler's address; each (arm, backend) is then measured on a worker that offers
+    its backend, with these options, and its run folders gathered into `data` (`perflib.campaign.cluster`)."""
     from tqdm import tqdm  # late: 8 ms (measured) that validate, report and open_campaign skip
 
     if papermill:
         without_iri_grammars()
         _check_notebook_extras()
     data = Path(data_dir or campaign.data_dir)
+    if cluster is not None:  # issue 29: each (arm, backend) on a Dask worker (`perflib.campaign.cluster`)
+        return _on_cluster(campaign, data, reports_dir, write_page, cluster, only, progress, dict(
+            guard=guard, guard_idle_s=guard_idle_s, contention_threshold=contention_threshold, papermill=papermill,
+            wait_threshold=wait_threshold, psi_threshold=psi_threshold, contention_wait_s=contention_wait_s,
+            kernel_name=kernel_name))
     orphans = stop_orphans(campaign, data, log=_say)  # servers a runner killed with -9 left behind
     runs = [r for r in campaign.expand(only) if not campaign.backend(r.backend).trace_only]  # nothing to serve
     todo = [r for r in runs if not rundir.is_complete(r.run_dir(data))]
@@ -174,16 +183,36 @@ def run_campaign(campaign: Campaign, data_dir: Path | None = None, reports_dir: 
                         _serve_group(campaign, arm, backend, fresh, data, how, state, ready, held, log)
     finally:
         state.bar.close()
-    tables, page = None, None
-    if write_page:
-        from perflib import pageinputs, report  # matplotlib, jinja2: only for the page
-
-        tables = derive.build_and_write(campaign, data)
-        page = report.write_report(campaign, tables, pageinputs.build_and_write(campaign, data, reports_dir))
+    tables, page = _page(campaign, data, reports_dir, write_page)
     failed, partial = _failed_and_partial(campaign, data, state.failed, tables)
     return CampaignResult(tuple(state.done), tuple(skipped), failed, tuple(state.contended), page,
                           tuple(state.claimed), partial, _on_disk(tables), _guessed(tables), tuple(orphans),
                           tuple(cpu.kept), cpu.waited_s, cpu.summary())
+
+
+# --- cluster (issue 29): the runner's one call into `perflib.campaign.cluster`
+def _on_cluster(campaign: Campaign, data: Path, reports_dir: Path | None, write_page: bool, address: str,
+                only: dict[str, set[str]] | None, progress: bool, options: dict[str, Any]) -> CampaignResult:
+    """The groups measured on the Dask workers at `address`, their run folders gathered into `data`, then
+    the page written from them as after a run here."""
+    from perflib.campaign import cluster as on_cluster  # late: Dask, the optional perflib[cluster]
+
+    got = on_cluster.measure(campaign, data, address, only, options, progress)
+    tables, page = _page(campaign, data, reports_dir, write_page)
+    failed, partial = _failed_and_partial(campaign, data, got.failed, tables)
+    return CampaignResult(tuple(got.done), tuple(got.skipped), failed, tuple(got.contended), page, tuple(got.claimed),
+                          partial, _on_disk(tables), _guessed(tables), (), tuple(got.kept_contended))
+# --- end cluster
+
+
+def _page(campaign: Campaign, data: Path, reports_dir: Path | None, write_page: bool) -> tuple[Any, Path | None]:
+    """The derived tables and the page, written from the run folders in `data` ((None, None): no page)."""
+    if not write_page:
+        return None, None
+    from perflib import pageinputs, report  # matplotlib, jinja2: only for the page
+
+    tables = derive.build_and_write(campaign, data)
+    return tables, report.write_report(campaign, tables, pageinputs.build_and_write(campaign, data, reports_dir))
 
 
 def _failed_and_partial(campaign: Campaign, data: Path, failures: list[tuple[str, str]],

@@ -57,6 +57,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                             "context repeat)")
     notebook_flags(run_p)
     run_p.add_argument("--no-report", action="store_true", help="measure only; do not derive or write the page")
+    run_p.add_argument("--cluster", metavar="ADDRESS",
+                       help="a Dask scheduler (tcp://HOST:8786; tls:// with the DASK_DISTRIBUTED__COMM__TLS__* "
+                            "settings): each (arm, backend) runs on a worker offering its backend (`perflib cluster "
+                            "worker`), its run folders are copied here and checked, then the page is written "
+                            "(docs/CLUSTER.md; needs perflib[cluster])")
     contention_flags(run_p, "redone once the CPUs are quiet (up to 3 attempts), then kept and marked contended; "
                             "the page leaves it out of medians")
     run_p.add_argument("--contention-wait", type=float_arg(0), default=WAIT_BUDGET_S, metavar="SECONDS",
@@ -189,7 +194,7 @@ def run(args: argparse.Namespace) -> int:
                           progress=True, write_page=not args.no_report, guard_idle_s=args.guard_idle_s,
                           contention_threshold=None if args.no_contention else args.contention_threshold,
                           wait_threshold=args.wait_threshold, psi_threshold=args.psi_threshold,
-                          contention_wait_s=args.contention_wait, papermill=args.papermill)
+                          contention_wait_s=args.contention_wait, papermill=args.papermill, cluster=args.cluster)
     on_disk = result.on_disk
     if args.json:
         print(json.dumps({"campaign": campaign.name, "done": list(result.done), "skipped": list(result.skipped),

@@ -6,7 +6,10 @@ time of every process that is not ours (this client, its ancestors, the server a
 the load average, and the steal time the kernel reports. `Contention.contended` says whether others
 used more than `threshold` of the machine's CPU capacity, or steal exceeded `steal_threshold`
 (LOADGEN.md §7 for the GPU half; this is the same idea for the CPU). Where there is no /proc the
-sampler says so and decides nothing.
+sampler says so and decides nothing. A process whose CPU set is a part of the machine's (a cluster
+worker's `--cpus`, `perflib.devices.cpu_set`) is judged on that set alone: its capacity is those
+CPUs, and others are the processes allowed to run on one of them (a sibling worker's server pinned
+to other CPUs is not contention).
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from perflib import devices
 from perflib.load.pressure import WaitMeter, WaitSignals
 
 PROC = Path("/proc")
@@ -90,6 +94,23 @@ def _cpu_totals() -> tuple[int, int] | None:
         return None
     values = [int(v) for v in first[1:] if v.isdigit()]
     return (sum(values[:8]), values[7] if len(values) > 7 else 0) if values else None
+
+
+def own_cpus() -> frozenset[int] | None:
+    """This process's CPU set where it is a part of the machine's CPUs (None: all of them, or unknown)."""
+    cpus = devices.cpu_set()
+    return frozenset(cpus) if cpus and len(cpus) < (os.cpu_count() or len(cpus)) else None
+
+
+def allowed_cpus(pid: int) -> frozenset[int] | None:
+    """The CPUs `pid` may run on (`Cpus_allowed_list` of /proc/<pid>/status), or None where unreadable."""
+    try:
+        for line in (PROC / str(pid) / "status").read_text().splitlines():
+            if line.startswith("Cpus_allowed_list:"):
+                return frozenset(devices.parse_cpus(line.split(":", 1)[1].strip()))
+    except (OSError, ValueError):
+        return None
+    return None
 
 
 def listening_pids(port: int) -> set[int]:
@@ -215,6 +236,9 @@ class ContentionSampler:
     _t0: float = 0.0
     _cpu0: tuple[int, int] | None = None
     _meter: WaitMeter = field(default_factory=WaitMeter)
+    cpu_set: frozenset[int] | None = field(default_factory=own_cpus)
+    """Judge this CPU set alone (None: the whole machine): see the module's docstring."""
+    _elsewhere: dict[int, bool] = field(default_factory=dict)
 
     def start(self) -> ContentionSampler:
         if not (PROC / "stat").is_file():
@@ -237,7 +261,7 @@ class ContentionSampler:
         while not self._stop.wait(self.interval_s):
             self._sample()
             now_t, now = time.monotonic(), self._foreign_ticks()
-            cpus = os.cpu_count() or 1
+            cpus = self._capacity()
             if now_t > prev_t:
                 self._peak = max(self._peak, (now - prev) / TICKS / ((now_t - prev_t) * cpus))
             prev_t, prev = now_t, now
@@ -246,13 +270,26 @@ class ContentionSampler:
         procs = _processes()
         ours = _family(self.own | self.server, procs)
         for pid, (_, ticks, comm) in procs.items():
-            if pid in ours:
+            if pid in ours or self._outside(pid):
                 continue
             self._first.setdefault(pid, ticks)
             self._last[pid] = (ticks, comm)
         self._meter.sample(*self._ours(procs))
         with contextlib.suppress(OSError, ValueError, IndexError):
             self._loads.append(float((PROC / "loadavg").read_text().split()[0]))
+
+    def _capacity(self) -> int:
+        """The CPUs judged: this CPU set's, else the machine's."""
+        return len(self.cpu_set) if self.cpu_set else os.cpu_count() or 1
+
+    def _outside(self, pid: int) -> bool:
+        """Whether `pid` may not run on any CPU of the set judged (read once per pid)."""
+        if not self.cpu_set:
+            return False
+        if pid not in self._elsewhere:
+            allowed = allowed_cpus(pid)
+            self._elsewhere[pid] = allowed is not None and not (allowed & self.cpu_set)
+        return self._elsewhere[pid]
 
     def _foreign_ticks(self) -> int:
         return sum(t - self._first.get(p, t) for p, (t, _) in self._last.items())
@@ -265,7 +302,7 @@ class ContentionSampler:
         self._sample()
         waits = self._meter.stop()
         seconds = time.monotonic() - self._t0
-        cpus = os.cpu_count() or 1
+        cpus = self._capacity()
         used = {p: (t - self._first.get(p, t)) / TICKS for p, (t, _) in self._last.items()}
         share = sum(used.values()) / (seconds * cpus) if seconds > 0 else None
         cpu1 = _cpu_totals()

@@ -332,19 +332,31 @@ def floor(tables: DerivedTables, campaign: Campaign, figure: dict | None) -> str
     return section("Step over floor", join(intro, note), text, f"{len(rows)} levels", figure)
 
 
-def ratio(tables: DerivedTables, campaign: Campaign, arms: Sequence[str], references: Sequence[Reference]) -> str:
+def ratio(tables: DerivedTables, campaign: Campaign, arms: Sequence[str], references: Sequence[Reference],
+          ran_on: dict[tuple[str, str], str] | None = None) -> str:
     frame = tb.ratio_table(tables, [b.name for b in campaign.backends], campaign.other_backends, campaign.batches,
                            arms, references=references, other_note=campaign.other_backends_note,
                            no_counters={b.name: "backend (profiler captures, no /metrics)"
                                         for b in campaign.backends if b.trace_only})
     rows = [{"backend": escape_md(r.backend), "source": escape_md(r.source), "context": int_or_na(r.context),
              "batch": int_or_na(r.batch), "step_1": fmt(r.step_1_ms, ".2f", " ms"),
-             "step_b": fmt(r.step_b_ms, ".2f", " ms"), "ratio": fmt(r.ratio, ".2f", "x"), "note": escape_md(r.note)}
+             "step_b": fmt(r.step_b_ms, ".2f", " ms"), "ratio": fmt(r.ratio, ".2f", "x"), "note": escape_md(r.note),
+             "ran_on": escape_md((ran_on or {}).get((str(r.arm), str(r.backend)), ""))}  # issue 29: each host named
             for r in frame.itertuples(index=False)]
     text, _ = table(rows, [Column("backend", "backend", keep=True), Column("source", "source"),
                            Column("context", "context (tokens)", True), Column("batch", "batch B", True),
                            Column("step_1", "step at batch 1", True), Column("step_b", "step at batch B", True),
-                           Column("ratio", "ratio", True), Column("note", "note")])
+                           Column("ratio", "ratio", True), Column("note", "note"),
+                           Column("ran_on", "ran on (host: device)")])
     intro = (f"Decode step (counters) at batch B over the single-stream step, per backend and context (medians "
              f"over repeats; arm {escape_md(arms[-1]) if arms else 'n/a'}, the last compared).")
+    where = {b.name: (ran_on or {}).get((arms[-1] if arms else "", b.name), "") for b in campaign.backends}
+    where = {b: w for b, w in where.items() if w}  # issue 29: where each ran (the manifest's host first)
+    hosts = {b: w.partition(":")[0] for b, w in where.items()}
+    if len(set(hosts.values())) > 1:
+        intro += " The backends ran on different hosts: " + ", ".join(
+            f"{escape_md(b)} on {escape_md(h)}" for b, h in hosts.items()) + "."
+    elif len(set(where.values())) > 1:
+        intro += f" The backends ran on different devices of host {escape_md(next(iter(hosts.values())))}: " + \
+            "; ".join(f"{escape_md(b)} on {escape_md(w.partition(': ')[2])}" for b, w in where.items()) + "."
     return section("Cross-backend reference ratio", intro, text, f"{len(rows)} rows")

@@ -27,7 +27,7 @@ from perflib import verdicts as v
 from perflib.config import Campaign
 from perflib.derive import DerivedTables
 from perflib.errors import PerflibError
-from perflib.pageinputs import DERIVED_NOTE, PageInputs
+from perflib.pageinputs import DERIVED_NOTE, PageInputs, device_lines, ran_on
 from perflib.report import evidence as ev
 from perflib.report import figures as fig
 from perflib.report import markdown as mdt
@@ -194,15 +194,17 @@ def occupancy_caption(campaign: Campaign, tables: DerivedTables) -> str:
 def environment_section(inputs: PageInputs) -> str:
     rows = [{k: escape_md(val) for k, val in row.items()} for row in inputs.environment.to_dict("records")]
     text, _ = mdt.table(rows, [mdt.Column(k, k, keep=k in ("arm", "backend")) for k in
-                              ("arm", "backend", "host", "server", "model", "flags", "tools")])
+                              ("arm", "backend", "host", "server", "model", "flags", "tools", "device")])
     facts = environment_facts(inputs, inputs.reports_dir)
     fact_lines = []
     for i, f in enumerate(facts):
         if i == 0 or f["file"] != facts[i - 1]["file"]:
             fact_lines.append(f"\nRecorded in the {escape_md(f['label'])} ([{escape_md(f['file'])}]({f['file']})):\n")
         fact_lines.append(f"- {escape_md(f['key'])}: {escape_md(f['value'])}")
-    return sec.section("Environment", "Per arm and backend: the host, the server's identity, its flags and the "
-                       "client's tools, from the run manifests.", mdt.join(text, "\n".join(fact_lines)),
+    devices_said = " ".join(escape_md(line) for line in device_lines(inputs.environment))  # issue 29: workers
+    return sec.section("Environment", mdt.join("Per arm and backend: the host, the server's identity, its flags and "
+                                               "the client's tools, from the run manifests.", devices_said),
+                       mdt.join(text, "\n".join(fact_lines)),
                        f"{len(rows)} arm/backend pairs")
 
 
@@ -265,7 +267,8 @@ def build_page_data(campaign: Campaign, tables: DerivedTables, inputs: PageInput
         "Profile": ev.profile(tables, figures.get("profile")),
         "Decode-window decomposition": ev.decomposition(tables, figures.get("decomposition")),
         "Step over floor": ev.floor(tables, campaign, figures.get("step_over_floor")),
-        "Cross-backend reference ratio": ev.ratio(tables, campaign, arms, inputs.references),
+        "Cross-backend reference ratio": ev.ratio(tables, campaign, arms, inputs.references,
+                                                  ran_on(inputs.environment)),
         "Environment": environment_section(inputs),
         "Notes": mdt.join("## Notes", "\n".join(f"- {n}" for n in notes)) if notes else "",
         "Raw data": raw_section(campaign, inputs, inputs.reports_dir),

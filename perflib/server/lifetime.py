@@ -212,6 +212,23 @@ def tie_to_parent(sig: int) -> Callable[[], None] | None:
     return preexec
 
 
+def tie_to_waiting_thread(sig: int) -> Callable[[], None] | None:
+    """`tie_to_parent` for a child started by a thread other than the main one that waits for the child
+    until it exits (a cluster worker's task thread, `perflib.campaign.worker`): that thread then lives
+    as long as the child does, so `PR_SET_PDEATHSIG` fires only when the process dies (Linux only, else
+    None)."""
+    if _PRCTL is None:
+        return None
+    prctl, parent = _PRCTL, os.getpid()
+
+    def preexec() -> None:
+        prctl(PR_SET_PDEATHSIG, int(sig), 0, 0, 0)
+        if os.getppid() != parent:
+            os.kill(os.getpid(), sig)
+
+    return preexec
+
+
 def own_identity() -> dict[str, Any] | None:
     """This process's identity as a record, for what it starts to name it by."""
     ident = Identity.of(os.getpid())

@@ -6,7 +6,9 @@
 # What exists is copied to $OUT each time (partial results too).
 #   CAMPAIGN=cuda-h200-fa CUPTI_PROOF=1 bash scripts/h200/device_call.sh 570
 #   run(command="...", carry=[".whl", ".carry/llama-src.tar.gz"])
-# CAMPAIGN: the campaigns/<name>.yaml to run (default cuda-h200-batch). CUPTI_PROOF=1: also run
+# CAMPAIGN: the campaigns/<name>.yaml to run (default cuda-h200-batch). SCRIPT: what runs it (default
+# scripts/h200/campaign.sh; scripts/h200/cluster.sh for the cluster campaign, its wheels from
+# scripts/h200/cluster_wheels.sh in .whl/ too). CUPTI_PROOF=1: also run
 # scripts/h200/cupti_perflib.sh (perflib's CUPTI library on a graph-replaying workload) while llama-server
 # builds; its small outputs come back as cupti.tgz.
 set -u
@@ -31,7 +33,7 @@ if [ "${CUPTI_PROOF:-}" = 1 ] && [ ! -f "$WORK/cupti.started" ]; then
 fi
 if [ ! -f "$WORK/pid" ] || ! kill -0 "$(cat "$WORK/pid")" 2>/dev/null; then
   [ -f "$WORK/finished" ] || {
-    setsid nohup bash -c 'bash scripts/h200/campaign.sh; echo "exit $?" > '"$WORK/finished" \
+    setsid nohup bash -c 'bash '"${SCRIPT:-scripts/h200/campaign.sh}"'; echo "exit $?" > '"$WORK/finished" \
       >> "$WORK/campaign.log" 2>&1 < /dev/null & echo $! > "$WORK/pid"; }
 fi
 t0=$(date +%s)
@@ -44,7 +46,7 @@ tail -80 "$WORK"/cache/build-cuda.log > "$OUT/build-tail.log" 2>/dev/null
 # the run folders, server.json and the page; lifetime captures stay behind (the cut traces are in the run
 # folders), but the cupti-stats.json of each capture comes back
 tar czf "$OUT/results.tgz" -C "$WORK" --exclude='*/capture/*/cupti.txt' --exclude='*.nsys-rep' \
-  "data/raw/$CAMPAIGN" "data/derived/$CAMPAIGN" reports 2>/dev/null
+  "data/raw/$CAMPAIGN" "data/derived/$CAMPAIGN" reports $(cd "$WORK" && ls -d cluster-*.log 2>/dev/null) 2>/dev/null
 ls -la "$OUT"
 [ -f "$WORK/cupti.done" ] && echo "CUPTI PROOF DONE"
 [ -f "$WORK/finished" ] && echo "CAMPAIGN FINISHED: $(cat "$WORK/finished")" || echo "STILL RUNNING"

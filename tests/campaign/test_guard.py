@@ -108,3 +108,33 @@ def test_campaign_guard_redoes_contended_runs_and_refuses_them_at_the_end(tmp_pa
     manifest = json.loads((run_dir / "manifest.json").read_text())
     assert manifest["status"] == "incomplete" and any("GPU guard" in e for e in manifest["errors"])
     assert (run_dir.parent / "b1_c64_r1.contended-1").is_dir()  # the first attempt kept aside, not lost
+
+
+def kfd_tree(root: Path, gpu_ids: list[str], procs: dict[int, list[str]]) -> Path:
+    """A /sys/class/kfd/kfd layout as the amdgpu driver writes it: a CPU node (gpu_id 0) then the GPU
+    nodes, and per process a `vram_<gpu_id>` file for each GPU it holds memory on."""
+    for node, gpu_id in enumerate(["0", *gpu_ids]):
+        (root / "topology" / "nodes" / str(node)).mkdir(parents=True)
+        (root / "topology" / "nodes" / str(node) / "gpu_id").write_text(f"{gpu_id}\n")
+    for pid, on in procs.items():
+        (root / "proc" / str(pid)).mkdir(parents=True)
+        for gpu_id in on:
+            (root / "proc" / str(pid) / f"vram_{gpu_id}").write_text("1048576\n")
+    return root
+
+
+def test_a_worker_pinned_to_one_rocm_gpu_judges_the_processes_on_it_alone(tmp_path):
+    """Issue 29: the server a sibling worker runs on GPU 1 is not contention for the worker of GPU 0."""
+    kfd = kfd_tree(tmp_path, ["51234", "60001"], {100: ["51234"], 200: ["60001"], 300: ["51234", "60001"]})
+    assert gpu_guard.rocm_pids(kfd, ("0",)) == {100, 300}
+    assert gpu_guard.rocm_pids(kfd, ("1",)) == {200, 300}
+    assert gpu_guard.rocm_pids(kfd, None) == {100, 200, 300}  # not pinned: every GPU of the machine
+    assert gpu_guard.rocm_pids(kfd, ("GPU-7f3a",)) == {100, 200, 300}  # a UUID pin is not resolved here
+
+
+def test_a_process_pinned_to_no_gpu_has_nothing_to_guard(monkeypatch):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "-1")
+    messages = []
+    guard = gpu_guard.GpuGuard(idle_s=0.1, log=messages.append)
+    assert guard.vendor is None and any("pinned to no GPU" in m for m in messages)
+    guard.wait_idle()

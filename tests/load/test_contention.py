@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import socket
 import subprocess
 import sys
@@ -64,3 +65,31 @@ def test_the_process_listening_on_a_port_is_found():
             assert load.listening_pids(free.getsockname()[1]) == set()  # bound, not listening
     finally:
         server.kill()
+
+
+@pytest.mark.skipif((len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1) < 2,
+                    reason="needs two CPUs to pin a burner apart")
+def test_a_cpu_set_is_judged_alone_a_burner_pinned_elsewhere_is_not_contention():
+    """A cluster worker's CPU set (issue 29): the busy loop pinned to another CPU is not counted, the same
+    loop pinned to the set is, against the set's capacity."""
+    first, second = sorted(os.sched_getaffinity(0))[:2]
+    proc = subprocess.Popen([sys.executable, "-c", BURN], preexec_fn=lambda: os.sched_setaffinity(0, {second}))
+    try:
+        time.sleep(0.3)
+        seen = {}
+        for judged in (first, second):
+            sampler = load.ContentionSampler(interval_s=0.25, cpu_set=frozenset({judged})).start()
+            time.sleep(1.5)
+            seen[judged] = sampler.stop()
+    finally:
+        proc.kill()
+        proc.wait()
+    assert seen[first].cpus == 1 and seen[second].cpus == 1
+    assert proc.pid not in {pid for pid, _, _ in seen[first].top}
+    assert proc.pid in {pid for pid, _, _ in seen[second].top}
+    assert seen[second].foreign_cpu_share > 0.3  # one busy loop on the one CPU judged
+
+
+def test_allowed_cpus_reads_a_process_cpu_list():
+    assert contention.allowed_cpus(os.getpid()) == frozenset(os.sched_getaffinity(0))
+    assert contention.allowed_cpus(2 ** 22 + 12345) is None  # no such process

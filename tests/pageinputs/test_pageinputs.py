@@ -181,3 +181,30 @@ def test_drawing_the_page_opens_no_file_of_the_project(rich):
     finally:
         seen = _Opened.stop()
     assert any("capture.json" in s for s in seen) and any("manifest.json" in s for s in seen)
+
+
+def test_arms_that_ran_on_different_devices_are_said_to_have(tmp_path):
+    """Issue 29: compared arms on two GPUs of one kind, or on two kinds; nothing where they shared one."""
+    import pandas as pd  # late: only this test builds an environment table by hand
+
+    gpu = {"vendor": "nvidia", "pinned": ["0"], "cpus": ""}
+    rows = [{"arm": "before", "backend": "cuda", "device": {**gpu, "host": "node", "gpus": [
+                {"index": "0", "name": "NVIDIA H200", "uuid": "GPU-a"}]}},
+            {"arm": "after", "backend": "cuda", "device": {**gpu, "host": "node", "gpus": [
+                {"index": "1", "name": "NVIDIA H200", "uuid": "GPU-b"}]}},
+            {"arm": "before", "backend": "rocm", "device": {**gpu, "host": "box", "gpus": [
+                {"index": "0", "name": "AMD Radeon 8060S", "uuid": ""}]}},
+            {"arm": "after", "backend": "rocm", "device": {**gpu, "host": "box2", "gpus": [
+                {"index": "0", "name": "AMD Radeon 890M", "uuid": ""}]}},
+            {"arm": "before", "backend": "cpu", "device": None}, {"arm": "after", "backend": "cpu", "device": None}]
+    frame = pd.DataFrame([{"arm": r["arm"], "backend": r["backend"],
+                           "device": pageinputs.devices.describe_record(r["device"]),
+                           "device_kind": pageinputs.devices.kind(r["device"])} for r in rows])
+    lines = pageinputs.device_lines(frame)
+    assert lines[0] == ("The arms of cuda ran on different devices of one kind (NVIDIA H200): before on node: "
+                        "NVIDIA H200 #0 (GPU-a); after on node: NVIDIA H200 #1 (GPU-b).")
+    assert lines[1].startswith("The arms of rocm ran on different kinds of device (AMD Radeon 8060S, AMD Radeon "
+                               "890M), so comparing them compares the devices too")
+    assert len(lines) == 2  # cpu recorded no device: nothing said
+    assert pageinputs.ran_on(frame)[("after", "cuda")] == "node: NVIDIA H200 #1 (GPU-b)"
+    assert ("before", "cpu") not in pageinputs.ran_on(frame)
