@@ -5,7 +5,7 @@ The campaign runner attributes each traced run at the end of its arm (`perflib.d
 and the page's tables (`perflib.derive.build`) take that result from here instead of reading the raw
 trace again. A stored result stands only while its key does: the SHA-256 of the raw trace file (and
 its name, which format detection reads, and the files a read of it reads besides it: a cut's host API
-calls, `traces.companion_files`), of the run folder's `manifest.json` and `requests.jsonl`
+calls and markers, `traces.companion_files`), of the run folder's `manifest.json` and `requests.jsonl`
 (the level's window and step count), the counters' decode steps, the class table, the window mode,
 the step marker, perflib's version and `ATTRIBUTION_VERSION`. Anything else is recomputed from raw and
 stored again; `data/derived/` is never committed, so a fresh clone rebuilds everything from raw.
