@@ -49,10 +49,10 @@ NO_API = "the capture holds no host API records"
 """Why a window's split is not measured, where its trace holds no API calls; `SOURCE_HINTS` says more."""
 SOURCE_HINTS = {
     "cupti-text": "CUPTI runtime and driver records off: PERFLIB_CUPTI_KINDS without runtime,driver",
-    "rocprofv3-csv": "rocprofv3 run without --hip-trace or --hsa-trace (or one file of its output read alone: "
-                     "read the output directory)",
-    "rocprofv3-json": "rocprofv3 run without --hip-trace or --hsa-trace",
-    "rocpd": "rocprofv3 run without --hip-trace or --hsa-trace",
+    "rocprofv3-csv": "rocprofv3 run without --hip-runtime-trace (or --hip-trace, --hsa-trace; or one file of its "
+                     "output read alone: read the output directory)",
+    "rocprofv3-json": "rocprofv3 run without --hip-runtime-trace (or --hip-trace, --hsa-trace)",
+    "rocpd": "rocprofv3 run without --hip-runtime-trace (or --hip-trace, --hsa-trace)",
     "kineto": "no cuda_runtime or cuda_driver events in the PyTorch profiler trace",
     "nsys-sqlite": "no CUDA API table: nsys profile without --trace=cuda",
     "rocprof-legacy": "legacy rocprof results.csv holds no API records",
