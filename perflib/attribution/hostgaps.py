@@ -56,6 +56,7 @@ SOURCE_HINTS = {
     "kineto": "no cuda_runtime or cuda_driver events in the PyTorch profiler trace",
     "nsys-sqlite": "no CUDA API table: nsys profile without --trace=cuda",
     "rocprof-legacy": "legacy rocprof results.csv holds no API records",
+    "rocprof-legacy-db": "legacy rocprof results.db without its HIP table: rocprof run without --hip-trace",
 }
 """Why a capture of each format holds no API calls, said after `NO_API`."""
 DEFAULT_HINT = "CUPTI runtime/driver off, or a format without API"
