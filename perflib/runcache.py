@@ -33,9 +33,10 @@ from perflib.version import __version__
 if TYPE_CHECKING:
     import pandas as pd
 
-ATTRIBUTION_VERSION = 3
+ATTRIBUTION_VERSION = 4
 """Raised whenever attribution, its windows or this stored form change what a run's tables hold (2: step
-phases and the host gaps split, `phases`, `host_gaps` and the step table's parts)."""
+phases and the host gaps split, `phases`, `host_gaps` and the step table's parts; 4: the decode steps'
+kernel time by kernel and class, and their host-gap split)."""
 
 TABLES = ("trace_runs", "classes", "kernels", "gaps", "steps", "phases", "host_gaps")
 RECORD = "attributed.json"
