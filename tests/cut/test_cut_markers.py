@@ -17,7 +17,7 @@ import pytest
 from support import REPO
 from synthetic import SGLANG_DECODE, SGLANG_EXTEND, engine_steps
 
-from perflib import attribution, derive
+from perflib import attribution, derive, runcache
 from perflib.campaign import load_campaign
 from perflib.cut import cut_into_runs
 from perflib.errors import PerflibError
@@ -129,6 +129,12 @@ def test_a_campaigns_step_marker_counts_the_decode_steps_of_its_cut_traces(tmp_p
     assert int(row["steps"]) == want.steps == int(row["decode_steps"]) > 0
     assert row["busy_ms_per_step"] == pytest.approx(want.busy_ms_per_step, abs=1e-9)
     assert list(tables.steps["phase"]) == ["decode"] * want.steps
+    run = tmp_path / "data" / "raw" / "steps" / "traced" / "engine" / RUN.name
+    key = runcache.key(run / "trace.parquet", run, None, None, "level", "DECODE")
+    assert "trace.markers.parquet" in key["companions"]
+    near = markers_path(run / "trace.parquet")
+    near.write_bytes(near.read_bytes() + b"\0")  # another markers file beside the same cut: another key
+    assert runcache.key(run / "trace.parquet", run, None, None, "level", "DECODE") != key
 
 
 def test_a_campaign_over_cut_traces_without_a_step_marker_has_the_engines_steps(tmp_path: Path) -> None:
