@@ -3,10 +3,11 @@
 A server is profiled once for a whole sweep (rocprofv3, nsys, CUPTI injection or Kineto around the
 server process), but a campaign attributes each level on its own. Every run folder below a sweep's
 output that has level clocks gets `trace.parquet`: the dispatches overlapping its level window ± a
-margin, on the trace's own clock, and the host API calls of the same window beside it
-(`trace.api.parquet`, what fills the host gaps). Its manifest then records `trace_path` and `trace_cut` (the cut's
-bounds and how far the whole capture reaches), so that `perflib campaign report` finds the cut, windows it
-to the decode window (SERVERS.md §5.2) and sees where the capture did not cover that window.
+margin, on the trace's own clock, and beside it the host API calls of the same window
+(`trace.api.parquet`, what fills the host gaps) and its ranges and marks (`trace.markers.parquet`: the
+engine's step ranges, from which the steps and their phases are counted). Its manifest then records
+`trace_path` and `trace_cut` (the cut's bounds and how far the whole capture reaches), so that `perflib
+campaign report` finds the cut, windows it to the decode window (SERVERS.md §5.2) and sees where the capture did not cover that window.
 The cut files are also the committable form: compressed and holding only the windows that matter.
 
 A cut never destroys a committed one: where a run folder already holds a cut, the new window
@@ -19,6 +20,7 @@ complete, and only the manifests of folders whose cut was written are changed.
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -27,7 +29,14 @@ import pandas as pd
 
 from perflib import atomic, attribution, rundir
 from perflib.errors import PerflibError
-from perflib.traces import api_path, file_meta, write_api_parquet, write_trace_parquet
+from perflib.traces import (
+    api_path,
+    file_meta,
+    host_start,
+    markers_path,
+    write_side_parquet,
+    write_trace_parquet,
+)
 
 
 @dataclass(frozen=True)
@@ -79,30 +88,51 @@ def existing_dispatches(path: Path) -> int | None:
         return None
 
 
+SIDES = {"api": api_path, "markers": markers_path}
+"""The tables a cut keeps beside its dispatches, each in its own file: the host API calls (what fills the
+host gaps) and the ranges and marks (the engine's steps and their phases)."""
+
+
+def _in_bounds(frame: pd.DataFrame, start: int, end: int, marks: bool) -> bool:
+    """Whether any row overlaps [start, end) (`marks`: or a row of no length lies inside it), as
+    `traces.write_side_parquet` keeps them."""
+    if not len(frame):
+        return False
+    s, e = frame["start_ns"], frame["end_ns"]
+    after = (e > start) | ((e == s) & (s >= start)) if marks else e > start
+    return bool((after & (s < end)).any())
+
+
 def _write_atomic(trace: Any, inside: Any, target: Path, start: int, end: int) -> Path:
     """Write the cut through `atomic.atomic_target`: a failure at any point leaves `target` as it
     was and no temporary file behind. Names read as a categorical (the lean read) are written as text,
     as the full read's are, and the meta is the file's (`traces.file_meta`), so that a cut from the lean
-    read is the cut from the full read. The host API calls of the same window go beside it
-    (`traces.api_path`), through a temporary file too, renamed right after the cut that names them: a
-    failure before leaves both as they were. Where the window holds none, an older such file is removed
-    once the cut that no longer names it is in place."""
+    read is the cut from the full read. The host API calls and the markers of the same window (reaching
+    back to the launch calls of its dispatches, `traces.host_start`) go beside it (`traces.api_path`,
+    `traces.markers_path`), through temporary files too, renamed right after the
+    cut that names them: a failure before leaves every file as it was. Where the window holds none of
+    them, an older such file is removed once the cut that no longer names it is in place."""
     meta = file_meta(trace)
     if isinstance(inside["kernel"].dtype, pd.CategoricalDtype):
         inside = inside.assign(kernel=inside["kernel"].astype("str"))
     cut = replace(trace, dispatches=inside, meta=meta)
-    side = api_path(target)
-    api = trace.api
-    if len(api) and bool(((api["end_ns"] > start) & (api["start_ns"] < end)).any()):
-        with atomic.atomic_target(side) as side_tmp:
-            described = write_api_parquet(trace, side_tmp, start, end, name=side.name)
-            with atomic.atomic_target(target) as tmp:
-                write_trace_parquet(cut, tmp, start, end, api=described)
-        return target
-    described = write_api_parquet(trace, side, start, end)  # writes nothing: says why there is none
-    with atomic.atomic_target(target) as tmp:
-        write_trace_parquet(cut, tmp, start, end, api=described)
-    side.unlink(missing_ok=True)
+    tables = {"api": trace.api, "markers": trace.markers}
+    reach = host_start(trace, inside, start)  # back to the launch calls of its dispatches
+    described: dict[str, Any] = {}
+    stale = []
+    with contextlib.ExitStack() as stack:
+        for key, near in SIDES.items():
+            side = near(target)
+            if _in_bounds(tables[key], reach, end, marks=key == "markers"):
+                side_tmp = stack.enter_context(atomic.atomic_target(side))
+                described[key] = write_side_parquet(trace, key, side_tmp, reach, end, name=side.name)
+            else:  # writes nothing: says why there is none
+                described[key] = write_side_parquet(trace, key, side, reach, end)
+                stale.append(side)
+        with atomic.atomic_target(target) as tmp:
+            write_trace_parquet(cut, tmp, start, end, api=described["api"], markers=described["markers"])
+    for side in stale:
+        side.unlink(missing_ok=True)
     return target
 
 

@@ -33,8 +33,9 @@ COLUMNS: dict[str, list[str]] = {
                     "trace_loss", "profiler_loss"],
     "trace_runs": KEYS + ["dispatches", "window_ms", "busy_ms", "gap_ms", "busy_share", "steps", "busy_ms_per_step",
                           "gap_ms_per_step", "step_method", "steps_guessed", *attribution.DECODE_COLUMNS],
-    "classes": KEYS + ["kernel_class", "time_ms", "count", "ms_per_step", "share"],
-    "kernels": KEYS + ["kernel", "kernel_class", "time_ms", "count", "ms_per_step", "share"],
+    "classes": KEYS + ["kernel_class", "time_ms", "count", "ms_per_step", "share", *attribution.DECODE_KERNEL_COLUMNS],
+    "kernels": KEYS + ["kernel", "kernel_class", "time_ms", "count", "ms_per_step", "share",
+                       *attribution.DECODE_KERNEL_COLUMNS],
     "gaps": KEYS + ["bucket", "gap_ms", "count"],
     "steps": KEYS + ["step", "start_ns", "end_ns", "busy_ms", "gap_ms", "dispatches", "phase"],
     "phases": KEYS + attribution.PHASE_COLUMNS,
@@ -259,7 +260,7 @@ def _attributed_trace(campaign: Campaign, spec: Any, run: RunSpec, run_dir: Path
                 return done
         summary = attribution.summarize(trace, window=level.window, classes=table, steps=level.count,
                                         step_marker=marker)
-        split = attribution.host_gaps(trace, summary.window, summary.step_table)
+        split = attribution.host_gaps(trace, summary.window, summary.step_table, summary.decode_periods())
     except Exception as exc:  # noqa: BLE001 - a bad trace is a result for the page, not a crash
         return runcache.Attributed(source, error=str(exc))  # not stored: what broke may be passing (memory)
     done = runcache.Attributed(source, {

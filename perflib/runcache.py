@@ -5,7 +5,7 @@ The campaign runner attributes each traced run at the end of its arm (`perflib.d
 and the page's tables (`perflib.derive.build`) take that result from here instead of reading the raw
 trace again. A stored result stands only while its key does: the SHA-256 of the raw trace file (and
 its name, which format detection reads, and the files a read of it reads besides it: a cut's host API
-calls, `traces.companion_files`), of the run folder's `manifest.json` and `requests.jsonl`
+calls and markers, `traces.companion_files`), of the run folder's `manifest.json` and `requests.jsonl`
 (the level's window and step count), the counters' decode steps, the class table, the window mode,
 the step marker, perflib's version and `ATTRIBUTION_VERSION`. Anything else is recomputed from raw and
 stored again; `data/derived/` is never committed, so a fresh clone rebuilds everything from raw.
@@ -33,9 +33,10 @@ from perflib.version import __version__
 if TYPE_CHECKING:
     import pandas as pd
 
-ATTRIBUTION_VERSION = 3
+ATTRIBUTION_VERSION = 4
 """Raised whenever attribution, its windows or this stored form change what a run's tables hold (2: step
-phases and the host gaps split, `phases`, `host_gaps` and the step table's parts)."""
+phases and the host gaps split, `phases`, `host_gaps` and the step table's parts; 4: the decode steps'
+kernel time by kernel and class, and their host-gap split)."""
 
 TABLES = ("trace_runs", "classes", "kernels", "gaps", "steps", "phases", "host_gaps")
 RECORD = "attributed.json"

@@ -9,7 +9,8 @@
 - `phases`: each engine step's phase (prefill, mixed, decode, empty) from its range's name, and the
   figures per phase.
 - `summary`: `summarize(trace, window, classes, steps)` → `TraceSummary` (GPU busy, host gaps by
-  size, largest gaps, per-step figures, time by kernel and by kernel class).
+  size, largest gaps, per-step figures, time by kernel and by kernel class, and inside the decode steps'
+  periods where the engine names its steps' phases: `phase_kernel_time`).
 - `codes`: kinds and kernel names of a dispatch table as integer codes.
 - `hostgaps`: `host_gaps(trace, window, steps)` → `HostGaps`: what fills the host gaps (sync and copy
   wait, launch, other API, host compute), from the host API calls of the launching threads.
@@ -18,6 +19,7 @@
 The interval union they stand on is `perflib.intervals`.
 """
 
+from perflib.attribution.hostgaps import DECODE_ROW_COLUMNS as HOST_GAP_DECODE_COLUMNS
 from perflib.attribution.hostgaps import LABELS as HOST_GAP_LABELS
 from perflib.attribution.hostgaps import PARTS as HOST_GAP_PARTS
 from perflib.attribution.hostgaps import ROW_COLUMNS as HOST_GAP_COLUMNS
@@ -32,7 +34,15 @@ from perflib.attribution.markers import (
 from perflib.attribution.phases import DECODE_COLUMNS, PHASE_COLUMNS, PHASES, phase_of
 from perflib.attribution.rhythm import MIN_STEPS
 from perflib.attribution.steps import StepCount, StepSplit, find_steps
-from perflib.attribution.summary import GAP_BUCKETS, TraceSummary, busy_ns, gap_buckets, summarize
+from perflib.attribution.summary import (
+    DECODE_KERNEL_COLUMNS,
+    GAP_BUCKETS,
+    TraceSummary,
+    busy_ns,
+    gap_buckets,
+    phase_kernel_time,
+    summarize,
+)
 from perflib.attribution.windows import (
     DEFAULT_STEP_MARKER,
     Coverage,
@@ -50,11 +60,11 @@ from perflib.attribution.windows import (
 )
 
 __all__ = [
-    "DECODE_COLUMNS", "PHASES", "PHASE_COLUMNS", "phase_of",
+    "DECODE_COLUMNS", "DECODE_KERNEL_COLUMNS", "PHASES", "PHASE_COLUMNS", "phase_kernel_time", "phase_of",
     "DEFAULT_STEP_MARKER", "ENGINE_FAMILIES", "GAP_BUCKETS", "MIN_STEPS", "Coverage", "DecodeWindow", "LevelWindow", "StepCount",
     "StepFamily", "StepSplit", "TraceSummary", "Window", "busy_ns", "coverage", "decode_window_from_run", "find_steps",
     "gap_buckets", "manifest_window", "marked_steps", "parse_window", "run_window", "summarize", "trace_span",
     "window_from_clocks", "window_from_manifest", "window_from_marker", "window_from_range",
     "window_from_step_annotations", "window_from_step_markers",
 ]
-__all__ += ["HOST_GAP_COLUMNS", "HOST_GAP_LABELS", "HOST_GAP_PARTS", "HostGaps", "host_gaps"]  # what fills the host gaps (`hostgaps`)
+__all__ += ["HOST_GAP_COLUMNS", "HOST_GAP_DECODE_COLUMNS", "HOST_GAP_LABELS", "HOST_GAP_PARTS", "HostGaps", "host_gaps"]  # what fills the host gaps (`hostgaps`)

@@ -39,9 +39,13 @@ from perflib.intervals import covered_before, union_intervals
 PARTS = ("sync", "launch", "other_api", "host_compute")
 """The four parts of a host gap, in the order an instant is charged to them."""
 PARTS_NS = tuple(f"{part}_ns" for part in PARTS)
+DECODE_ROW_COLUMNS = ("decode_steps", "decode_window_ms", "decode_gap_ms", *(f"decode_{p}_ms" for p in PARTS))
+"""`HostGaps.row`'s columns of the decode steps' periods (None where no step has a phase): their count, summed
+period and host gap, and each part of that gap. What a decode-step split reads (`perflib.verdicts.gapsplit`):
+a decode-step figure never averages prefill steps in."""
 ROW_COLUMNS = ("window_ms", "gap_ms", "steps", *(f"{p}_ms" for p in PARTS), *(f"{p}_gap_share" for p in PARTS),
                *(f"{p}_ms_per_step" for p in PARTS), "sync_calls", "launch_calls", "other_calls", "api_threads",
-               "threads_by", "note")
+               "threads_by", "note", *DECODE_ROW_COLUMNS)
 """The columns of `HostGaps.row`, in order: a run's row of the derived `host_gaps` table."""
 LABELS = {"sync": "sync and copy wait", "launch": "launch", "other_api": "other API", "host_compute": "host compute"}
 
@@ -49,13 +53,14 @@ NO_API = "the capture holds no host API records"
 """Why a window's split is not measured, where its trace holds no API calls; `SOURCE_HINTS` says more."""
 SOURCE_HINTS = {
     "cupti-text": "CUPTI runtime and driver records off: PERFLIB_CUPTI_KINDS without runtime,driver",
-    "rocprofv3-csv": "rocprofv3 run without --hip-trace or --hsa-trace (or one file of its output read alone: "
-                     "read the output directory)",
-    "rocprofv3-json": "rocprofv3 run without --hip-trace or --hsa-trace",
-    "rocpd": "rocprofv3 run without --hip-trace or --hsa-trace",
+    "rocprofv3-csv": "rocprofv3 run without --hip-runtime-trace (or --hip-trace, --hsa-trace; or one file of its "
+                     "output read alone: read the output directory)",
+    "rocprofv3-json": "rocprofv3 run without --hip-runtime-trace (or --hip-trace, --hsa-trace)",
+    "rocpd": "rocprofv3 run without --hip-runtime-trace (or --hip-trace, --hsa-trace)",
     "kineto": "no cuda_runtime or cuda_driver events in the PyTorch profiler trace",
     "nsys-sqlite": "no CUDA API table: nsys profile without --trace=cuda",
     "rocprof-legacy": "legacy rocprof results.csv holds no API records",
+    "rocprof-legacy-db": "legacy rocprof results.db without its HIP table: rocprof run without --hip-trace",
 }
 """Why a capture of each format holds no API calls, said after `NO_API`."""
 DEFAULT_HINT = "CUPTI runtime/driver off, or a format without API"
@@ -91,6 +96,9 @@ class HostGaps:
     """Why the split is not measured ('' where it is)."""
     steps: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=["step", "gap_ns", *PARTS_NS]))
     """Per step of the window's step table: `step, start_ns, end_ns, gap_ns` and the four parts in ns."""
+    periods: dict[str, int | None] | None = None
+    """Over the periods given (the decode steps'): `steps`, `window_ns`, `gap_ns` and each part's ns (None
+    where not measured); None where none were given (no step has a phase)."""
 
     @property
     def measured(self) -> bool:
@@ -112,6 +120,11 @@ class HostGaps:
         for category in apicalls.CATEGORIES:
             out[f"{category}_calls"] = self.calls.get(category, 0) if self.measured else None
         out.update(api_threads=self.threads if self.measured else None, threads_by=self.threads_by, note=self.note)
+        over = self.periods or {}  # NaN, not None, where not measured: the column reads back from CSV as written
+        out["decode_steps"] = float(over["steps"]) if "steps" in over else float("nan")
+        for key in ("window", "gap", *PARTS):
+            ns = over.get(f"{key}_ns")
+            out[f"decode_{key}_ms"] = float("nan") if ns is None or not over.get("steps") else ns / _NS_PER_MS
         return {k: out[k] for k in ROW_COLUMNS}
 
     def with_steps(self, step_table: pd.DataFrame) -> pd.DataFrame:
@@ -193,32 +206,54 @@ def _coverage(starts: np.ndarray, ends: np.ndarray, bounds: np.ndarray) -> np.nd
     return covered_before(gs, ge, bounds)
 
 
-def host_gaps(trace: Any, window: Window | None = None, steps: pd.DataFrame | None = None) -> HostGaps:
+def _over(covered: np.ndarray, n_steps: int, n_periods: int) -> np.ndarray:
+    """Covered ns from its values at the bounds `[w0, w1, step starts, step ends, period starts, period
+    ends]`: [the window, each step, the periods summed]."""
+    base = 2 + 2 * n_steps
+    return np.concatenate(([covered[1] - covered[0]], covered[2 + n_steps:base] - covered[2:2 + n_steps],
+                           [(covered[base + n_periods:] - covered[base:base + n_periods]).sum()]))
+
+
+def _periods_split(n: int, length: np.ndarray, gap: np.ndarray, parts: dict[str, np.ndarray] | None
+                   ) -> dict[str, int | None]:
+    """`HostGaps.periods` from the last entry of each [window, each step, the periods] array."""
+    out: dict[str, int | None] = {"steps": n, "window_ns": int(length[-1]), "gap_ns": int(gap[-1])}
+    out.update({f"{p}_ns": None if parts is None else int(parts[p][-1]) for p in PARTS})
+    return out
+
+
+def host_gaps(trace: Any, window: Window | None = None, steps: pd.DataFrame | None = None,
+              periods: tuple[np.ndarray, np.ndarray] | None = None) -> HostGaps:
     """Split the host gap of `window` (default: the trace span) into sync and copy wait, launch, other API
-    and host compute, over the window and over each row of `steps` (a step table: `step, start_ns,
-    end_ns`, as `summarize` gives it); `note` says why not where the trace has no API calls to tell."""
+    and host compute, over the window, over each row of `steps` (a step table: `step, start_ns, end_ns`, as
+    `summarize` gives it) and summed over `periods` (starts, ends: the decode steps' periods,
+    `TraceSummary.decode_periods`; sorted, none overlapping, inside the window); `note` says why not where
+    the trace has no API calls to tell."""
     dispatches = dispatches_of(trace)
     window = window or trace_span(dispatches)
     w0, w1 = int(window.start_ns), int(window.end_ns)
     number, step_start, step_end = _step_bounds(steps)
-    bounds = np.concatenate(([w0, w1], step_start, step_end)).astype(np.int64)
+    p_start, p_end = (np.asarray(periods[0], dtype=np.int64), np.asarray(periods[1], dtype=np.int64)) if periods \
+        is not None else (np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64))
+    counts = (number.size, p_start.size)
+    bounds = np.concatenate(([w0, w1], step_start, step_end, p_start, p_end)).astype(np.int64)
     ds, de = _clipped(dispatches["start_ns"].to_numpy(dtype=np.int64), dispatches["end_ns"].to_numpy(dtype=np.int64),
                       w0, w1)
-    busy = _coverage(ds, de, bounds)
-    length = np.concatenate(([w1 - w0], step_end - step_start))
-    spans = np.concatenate(([busy[1] - busy[0]], busy[2 + number.size:] - busy[2:2 + number.size]))
-    gap = length - spans  # [window, each step]
-    frame = pd.DataFrame({"step": number, "start_ns": step_start, "end_ns": step_end, "gap_ns": gap[1:]})
+    spans = _over(_coverage(ds, de, bounds), *counts)
+    length = np.concatenate(([w1 - w0], step_end - step_start, [(p_end - p_start).sum()]))
+    gap = length - spans  # [window, each step, the periods]
+    frame = pd.DataFrame({"step": number, "start_ns": step_start, "end_ns": step_end, "gap_ns": gap[1:-1]})
     unmeasured = frame.assign(**{column: np.nan for column in PARTS_NS})
+    over = None if periods is None else _periods_split(p_start.size, length, gap, None)
     api = getattr(trace, "api", None)
     if api is None or not len(api):
-        return HostGaps(window, int(gap[0]), note=no_api_note(trace), steps=unmeasured)
+        return HostGaps(window, int(gap[0]), note=no_api_note(trace), steps=unmeasured, periods=over)
     categories = _api_categories(api, dispatches)
     threads = _thread_keys(api)
     inside = (dispatches["end_ns"].to_numpy(dtype=np.int64) > w0) & (dispatches["start_ns"].to_numpy(dtype=np.int64) < w1)
     mine, how = _launch_threads(api, dispatches[inside], categories, threads, w0, w1)
     if not mine.size:
-        return HostGaps(window, int(gap[0]), steps=unmeasured, note=(
+        return HostGaps(window, int(gap[0]), steps=unmeasured, periods=over, note=(
             f"no host API call of the threads that launched the window's kernels: of the capture's {len(api):,} "
             "API calls none carries a correlation id of the window's dispatches, and none is a launch in the window"))
     on = np.isin(threads, mine)
@@ -229,13 +264,12 @@ def host_gaps(trace: Any, window: Window | None = None, steps: pd.DataFrame | No
     covered = []  # gap ns with a call of the first k categories in flight, k = 1, 2, 3: [window, each step]
     for k in range(1, len(apicalls.CATEGORIES) + 1):
         cs, ce = _clipped(s[cat < k], e[cat < k], w0, w1)
-        with_busy = _coverage(np.concatenate((cs, ds)), np.concatenate((ce, de)), bounds)
-        with_busy = np.concatenate(([with_busy[1] - with_busy[0]],
-                                    with_busy[2 + number.size:] - with_busy[2:2 + number.size]))
+        with_busy = _over(_coverage(np.concatenate((cs, ds)), np.concatenate((ce, de)), bounds), *counts)
         covered.append(with_busy - spans)
     parts = {"sync": covered[0], "launch": covered[1] - covered[0], "other_api": covered[2] - covered[1],
              "host_compute": gap - covered[2]}
     for part in PARTS:
-        frame[f"{part}_ns"] = parts[part][1:].astype(np.int64)
+        frame[f"{part}_ns"] = parts[part][1:-1].astype(np.int64)
+    over = None if periods is None else _periods_split(p_start.size, length, gap, parts)
     return HostGaps(window, int(gap[0]), **{f"{p}_ns": int(parts[p][0]) for p in PARTS}, calls=calls,
-                    threads=int(mine.size), threads_by=how, steps=frame)
+                    threads=int(mine.size), threads_by=how, steps=frame, periods=over)

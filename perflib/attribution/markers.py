@@ -183,7 +183,7 @@ def marked_steps(trace: Any, window: Window | None, step_marker: str | None = No
     markers = markers_of(trace)
     if markers is None or len(markers) == 0:
         if step_marker:
-            raise no_match_error(step_marker, named, None, window, 0)
+            raise no_match_error(step_marker, named, None, window, 0, _no_markers_note(trace))
         return None
     ranges = _ranges(markers)
     names = ranges["name"].astype(str)
@@ -220,15 +220,23 @@ NAMES_SHOWN = 6
 """How many of a trace's range names a no-match error lists."""
 
 
+def _no_markers_note(trace: Any) -> str:
+    """Why a trace holds no ranges, where its read said (a cut made before perflib kept them, none in the
+    cut's window: `meta["markers_note"]`), else ''."""
+    meta = getattr(trace, "meta", None) or {}
+    return str(meta.get("markers_note") or "")
+
+
 def no_match_error(step_marker: str, named: str, ranges: pd.DataFrame | None, window: Window | None,
-                   matched: int) -> PerflibError:
+                   matched: int, why_none: str = "") -> PerflibError:
     """The error of a named step pattern that gives no step: the pattern, what it matched, and the names
-    of the ranges the trace holds (the engines' step ranges first, then the most frequent others)."""
+    of the ranges the trace holds (the engines' step ranges first, then the most frequent others), or
+    why it holds none (`why_none`, what its read said)."""
     where = "" if window is None else f" inside the window ({window.label})"
     what = (f"it matches {matched} range{'s' if matched != 1 else ''}, none with GPU work{where}" if matched
             else "it matches no range of the trace")
     if ranges is None or not len(ranges):
-        seen = "the trace holds no named ranges (a trace cut to its dispatches keeps none)"
+        seen = f"the trace holds no named ranges ({why_none or 'the capture recorded none'})"
     else:
         counts = ranges["name"].astype(str).value_counts(sort=False)
         engine = pd.Series([any(re.search(f.pattern, n) for f in ENGINE_FAMILIES) for n in counts.index],
@@ -251,5 +259,7 @@ def window_from_step_annotations(trace: Any, step_marker: str | None = None,
         markers = markers_of(trace)
         tried = ", ".join(f"/{f.pattern}/" for f in families(step_marker))
         some = sorted(set(markers["name"].astype(str)))[:10] if markers is not None and len(markers) else []
-        raise PerflibError(f"no step ranges: no marker matches {tried} with GPU work; some names: {some}")
+        why = _no_markers_note(trace) if not some else ""
+        raise PerflibError(f"no step ranges: no marker matches {tried} with GPU work; "
+                           + (f"the trace holds no markers: {why}" if why else f"some names: {some}"))
     return Window(found.span[0], found.span[1], f"span of the {found.family}")

@@ -36,6 +36,10 @@ GAP_BUCKETS: tuple[tuple[str, int, int | None], ...] = (
 """Gap-size buckets `[low, high)` in ns, as in lablup/mlxcel `scripts/rocm_decode_gaps.py`."""
 
 _NS_PER_MS = 1e6
+DECODE_KERNEL_COLUMNS = ["decode_time_ms", "decode_count", "decode_ms_per_step"]
+"""`classes` and `kernels` columns of the decode phase (docs/SCHEMA.md §4), NaN where no step has a phase:
+the kernel time inside the decode steps' periods, the dispatches starting in them, and that time per
+decode step (NaN where there is no decode step)."""
 
 
 def _clip(dispatches: pd.DataFrame, window: Window) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -86,8 +90,8 @@ class TraceSummary:
     gap_ms_per_step: float | None
     dispatches_per_step: float | None
     step_table: pd.DataFrame  # step, start_ns, end_ns, busy_ms, gap_ms, dispatches
-    classes: pd.DataFrame  # kernel_class, time_ms, count, ms_per_step, share
-    kernels: pd.DataFrame  # kernel, kernel_class, time_ms, count, ms_per_step, share (all kernels)
+    classes: pd.DataFrame  # kernel_class, time_ms, count, ms_per_step, share, DECODE_KERNEL_COLUMNS
+    kernels: pd.DataFrame  # kernel, kernel_class, time_ms, count, ms_per_step, share, ... (all kernels)
     class_table: str = "none"
     top: int = 10
     meta: dict[str, Any] = field(default_factory=dict)
@@ -102,6 +106,18 @@ class TraceSummary:
     steps_ms: float | None = None
     """The steps' own time the per-step figures are over: their spans' sum where `steps_named`, else None
     (the window)."""
+
+    def decode_periods(self) -> tuple[np.ndarray, np.ndarray] | None:
+        """The decode steps' periods `[start, end)` in ns (each from the previous step's end, or its own
+        span where a named pattern gave the steps: `perflib.attribution.phases.periods`), what the
+        decode-phase figures are over; None where no step has a phase."""
+        table = self.step_table
+        if not len(table) or not any(table["phase"].to_numpy(dtype=object)):
+            return None
+        lo = phase_mod.periods(table["start_ns"].to_numpy(np.int64), table["end_ns"].to_numpy(np.int64),
+                               self.steps_named)
+        mine = table["phase"].to_numpy(dtype=object) == phase_mod.DECODE
+        return lo[mine], table["end_ns"].to_numpy(np.int64)[mine]
 
     def decode_columns(self) -> dict[str, Any]:
         """The decode-phase columns of `trace_runs` (`perflib.attribution.phases.DECODE_COLUMNS`)."""
@@ -220,11 +236,40 @@ def _phase_table(split: StepSplit | None, step_table: pd.DataFrame, gs: np.ndarr
     return phase_mod.phase_table(step_table["phase"].to_numpy(dtype=object), lo, split.starts, split.ends, busy, count)
 
 
+def time_inside(s: np.ndarray, e: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """Each interval `[s, e)`'s ns inside the ranges `[starts, ends)` (sorted by start, none overlapping:
+    steps or their periods), float64."""
+    starts, ends = np.asarray(starts, dtype=np.int64), np.asarray(ends, dtype=np.int64)
+    return (_busy_before(starts, ends, e) - _busy_before(starts, ends, s)).astype(np.float64)
+
+
+def starts_inside(s: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """Whether each dispatch start `s` lies in one of the ranges `[starts, ends)` (sorted, none overlapping)."""
+    starts, ends = np.asarray(starts, dtype=np.int64), np.asarray(ends, dtype=np.int64)
+    if not starts.size:
+        return np.zeros(np.asarray(s).size, dtype=bool)
+    k = np.searchsorted(starts, s, side="right") - 1
+    return (k >= 0) & (s < ends[np.maximum(k, 0)])
+
+
+def phase_kernel_time(codes: np.ndarray, n_names: int, s: np.ndarray, e: np.ndarray, periods: np.ndarray,
+                      ends: np.ndarray, phases: np.ndarray, phase: str = phase_mod.DECODE
+                      ) -> tuple[np.ndarray, np.ndarray]:
+    """Per kernel name (`codes` into `n_names` names): its ns inside the periods `[periods, ends)` of the
+    steps of `phase` (each step from the previous step's end, `phases.periods`), and how many of its
+    dispatches start in them. What the per-phase class figures stand on: a decode-step figure never
+    averages prefill steps in (DESIGN.md)."""
+    mine = np.asarray(phases, dtype=object) == phase
+    lo, hi = np.asarray(periods, dtype=np.int64)[mine], np.asarray(ends, dtype=np.int64)[mine]
+    ns = np.bincount(codes, weights=time_inside(s, e, lo, hi), minlength=n_names)
+    count = np.bincount(codes, weights=starts_inside(s, lo, hi).astype(np.float64), minlength=n_names)
+    return ns, count.astype(np.int64)
+
+
 def _in_steps(s: np.ndarray, e: np.ndarray, split: StepSplit) -> np.ndarray:
     """Each dispatch's ns inside the steps' spans (sorted, none overlapping: a step ends where the next
     begins)."""
-    starts, ends = split.starts.astype(np.int64), split.ends.astype(np.int64)
-    return (_busy_before(starts, ends, e) - _busy_before(starts, ends, s)).astype(np.float64)
+    return time_inside(s, e, split.starts, split.ends)
 
 
 def _kernel_tables(
@@ -236,9 +281,12 @@ def _kernel_tables(
     classes: Any,
     per_step: int | None,
     in_steps: np.ndarray | None = None,
+    decode: tuple[np.ndarray, np.ndarray, int] | None = None,
 ) -> tuple[pd.DataFrame, pd.DataFrame, Any]:
     """Time (clipped), count, ms per step and share by kernel and by kernel class, sorted by time.
-    `in_steps`: each dispatch's ns inside the steps, where the ms per step is over the steps only."""
+    `in_steps`: each dispatch's ns inside the steps, where the ms per step is over the steps only.
+    `decode`: per name its ns and dispatches in the decode steps' periods, and the decode steps, where
+    the engine names its steps' phases (`phase_kernel_time`): the `DECODE_KERNEL_COLUMNS`, else NaN."""
     dur = np.bincount(codes, weights=(e - s).astype(np.float64), minlength=len(names))
     step_dur = dur if in_steps is None else np.bincount(codes, weights=in_steps, minlength=len(names))
     cnt = np.bincount(codes, minlength=len(names))
@@ -261,17 +309,37 @@ def _kernel_tables(
             "time_ms": dur[present] / _NS_PER_MS,
             "count": cnt[present].astype(np.int64),
             "_step_ms": step_dur[present] / _NS_PER_MS,
+            "decode_time_ms": decode[0][present] / _NS_PER_MS if decode else np.nan,
+            "decode_count": decode[1][present].astype(np.float64) if decode else np.nan,
         }
     )
     by_class = kernels.groupby("kernel_class", sort=False).agg(
-        time_ms=("time_ms", "sum"), count=("count", "sum"), _step_ms=("_step_ms", "sum")).reset_index()
+        time_ms=("time_ms", "sum"), count=("count", "sum"), _step_ms=("_step_ms", "sum"),
+        decode_time_ms=("decode_time_ms", "sum"), decode_count=("decode_count", "sum")).reset_index()
     out = []
     for frame, key in ((kernels, "kernel"), (by_class, "kernel_class")):
         frame["ms_per_step"] = frame["_step_ms"] / per_step if per_step else np.nan
         frame["share"] = frame["time_ms"] / total_ms if total_ms > 0 else np.nan
+        if not decode:  # (a sum of NaN is 0: no phase named, nothing measured)
+            frame["decode_time_ms"], frame["decode_count"] = np.nan, np.nan
+        frame["decode_ms_per_step"] = frame["decode_time_ms"] / decode[2] if decode and decode[2] else np.nan
         frame = frame.drop(columns="_step_ms")
         out.append(frame.sort_values(["time_ms", key], ascending=[False, True], kind="stable").reset_index(drop=True))
     return out[0], out[1], table
+
+
+def _decode_kernels(split: StepSplit | None, step_table: pd.DataFrame, codes: np.ndarray, n_names: int,
+                    s: np.ndarray, e: np.ndarray) -> tuple[np.ndarray, np.ndarray, int] | None:
+    """Per name its ns and dispatches in the decode steps' periods, and the decode steps
+    (`phase_kernel_time`); None where no step has a phase."""
+    if split is None or split.count is not None or not len(step_table):
+        return None
+    phases = step_table["phase"].to_numpy(dtype=object)
+    if not any(phases):
+        return None
+    lo = phase_mod.periods(split.starts, split.ends, split.named)
+    ns, count = phase_kernel_time(codes, n_names, s, e, lo, split.ends, phases)
+    return ns, count, int(np.count_nonzero(phases == phase_mod.DECODE))
 
 
 def _in_window(dispatches: pd.DataFrame, window: Window) -> tuple[pd.DataFrame, np.ndarray, np.ndarray, int]:
@@ -344,7 +412,8 @@ def summarize(
     per_step = step_count if step_count else None
     named = bool(split is not None and split.named and len(step_table))
     in_steps = _in_steps(s, e, split) if named else None
-    kernels, by_class, table = _kernel_tables(dispatches, codes, names, s, e, classes, per_step, in_steps)
+    decode = _decode_kernels(split, step_table, codes, len(names), s, e)
+    kernels, by_class, table = _kernel_tables(dispatches, codes, names, s, e, classes, per_step, in_steps, decode)
     phases = _phase_table(split, step_table, gs, ge, s)
     step_busy, step_gap, step_dispatches = float(busy), float(total - busy), float(n)
     steps_ms = None

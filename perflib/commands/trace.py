@@ -57,8 +57,8 @@ CUT_DESCRIPTION = (
     "Profile the server once for a whole sweep, then cut: every run folder below RUNS_DIR whose "
     "manifest has level clocks gets trace.parquet, the dispatches overlapping its level window "
     "+- the margin, on the trace's own clock (aligned as `trace summary --manifest` does), with the "
-    "host API calls of the same window beside it as trace.api.parquet where the trace has any, and its "
-    "manifest gets trace_path and trace_cut. `perflib campaign report` then attributes each level "
+    "host API calls of the same window beside it as trace.api.parquet and its ranges and marks (the "
+    "engine's step ranges) as trace.markers.parquet where the trace has any, and its manifest gets trace_path and trace_cut. `perflib campaign report` then attributes each level "
     "over its decode window. A run folder that already holds a cut keeps it, as it was, where the new "
     "window holds fewer dispatches (a trace of another time would otherwise wipe a committed cut); "
     "--replace overrides that. Each cut is written to a temporary file in its folder and renamed over "
@@ -186,11 +186,13 @@ def run_summary(args: argparse.Namespace) -> int:
     if args.steps is not None:
         steps = int(args.steps) if args.steps.isdigit() else args.steps
     summary = attribution.summarize(trace, window=window, classes=table, steps=steps, top=args.top)
-    split = attribution.host_gaps(trace, summary.window, summary.step_table)
+    split = attribution.host_gaps(trace, summary.window, summary.step_table, summary.decode_periods())
     if args.json:
         out = summary.to_dict()
-        out["host_gaps"] = {**split.to_dict(), **{f"{p}_ms_per_step": split.row(steps=summary.steps)[f"{p}_ms_per_step"]
-                                                   for p in attribution.HOST_GAP_PARTS}}
+        row = split.row(steps=summary.steps)
+        out["host_gaps"] = {**split.to_dict(), **{f"{p}_ms_per_step": row[f"{p}_ms_per_step"]
+                                                   for p in attribution.HOST_GAP_PARTS},
+                            "decode": {k: None if v != v else v for k, v in row.items() if k.startswith("decode_")}}
         out["path"] = str(args.path)
         out["source"] = trace.source
         out["clock"] = trace.clock
@@ -254,13 +256,24 @@ def _split_lines(split, steps: int | None) -> list[str]:  # noqa: ANN001 - HostG
     calls = ", ".join(f"{n} {c}" for c, n in split.calls.items())
     lines = ["", f"what fills the host gaps (API calls of {split.threads} launching thread"
              f"{'s' if split.threads != 1 else ''}, found by {split.threads_by}; calls in the window: {calls})"]
-    gap = split.gap_ns
+    gap, over = split.gap_ns, split.periods  # over: the decode steps' periods, where the steps have phases
+    decode = over is not None and bool(over["steps"])
+
+    def of_decode(p: str) -> list[str]:
+        if not decode:
+            return []
+        share = f"{100 * over[f'{p}_ns'] / over['gap_ns']:.1f}" if over["gap_ns"] > 0 else "n/a"
+        return [_f(over[f"{p}_ns"] / 1e6 / over["steps"]), share]
+
+    per_step = ("ms/step (all steps)" if over is not None else "ms/step") if steps else "ms/step (n/a)"
     lines.append(tabulate(
         [[HOST_GAP_LABELS[p], f"{split.part_ns(p) / 1e6:.3f}", _f(split.part_ns(p) / 1e6 / steps if steps else None),
-          f"{100 * split.part_ns(p) / gap:.1f}" if gap > 0 else "n/a"] for p in HOST_GAP_PARTS],
-        headers=["part", "ms", "ms/step" if steps else "ms/step (n/a)", "% of gap"], tablefmt="simple",
-        disable_numparse=True,
+          f"{100 * split.part_ns(p) / gap:.1f}" if gap > 0 else "n/a", *of_decode(p)] for p in HOST_GAP_PARTS],
+        headers=["part", "ms", per_step, "% of gap", *(["decode ms/step", "% of decode gap"] if decode else [])],
+        tablefmt="simple", disable_numparse=True,
     ))
+    if over is not None and not decode:
+        lines.append("no decode step in this capture: the split is over every step")
     return lines
 
 
@@ -320,19 +333,25 @@ def format_summary(summary, trace, split=None) -> str:  # noqa: ANN001 - TraceSu
         ))
     if split is not None:
         lines += _split_lines(split, s.steps)
-    per_step = "ms/step" if s.steps else "ms/step (n/a)"
+    phased = bool(len(s.phases))  # the engine names its steps' phases: the decode steps' own ms per step beside
+    per_step = ("ms/step (all steps)" if phased else "ms/step") if s.steps else "ms/step (n/a)"
+    decode = ["decode ms/step"] if phased else []
+
+    def figures(r) -> list[str]:  # noqa: ANN001 - a row of the class or kernel table
+        cells = [f"{r.time_ms:.3f}", r.count, _f(None if r.ms_per_step != r.ms_per_step else r.ms_per_step)]
+        return cells + ([_f(None if r.decode_ms_per_step != r.decode_ms_per_step else r.decode_ms_per_step)]
+                        if phased else []) + [f"{100 * r.share:.1f}"]
+
     lines += ["", f"kernel classes (table {s.class_table})"]
     lines.append(tabulate(
-        [[r.kernel_class, f"{r.time_ms:.3f}", r.count, _f(None if r.ms_per_step != r.ms_per_step else r.ms_per_step),
-          f"{100 * r.share:.1f}"] for r in s.classes.itertuples()],
-        headers=["class", "time ms", "count", per_step, "% kernel time"], tablefmt="simple", disable_numparse=True,
+        [[r.kernel_class, *figures(r)] for r in s.classes.itertuples()],
+        headers=["class", "time ms", "count", per_step, *decode, "% kernel time"], tablefmt="simple",
+        disable_numparse=True,
     ))
     lines += ["", f"top kernels ({min(s.top, len(s.kernels))} of {len(s.kernels)})"]
     lines.append(tabulate(
-        [[base_name(r.kernel)[:60], r.kernel_class, f"{r.time_ms:.3f}", r.count,
-          _f(None if r.ms_per_step != r.ms_per_step else r.ms_per_step), f"{100 * r.share:.1f}"]
-         for r in s.kernels.head(s.top).itertuples()],
-        headers=["kernel", "class", "time ms", "count", per_step, "% kernel time"], tablefmt="simple",
+        [[base_name(r.kernel)[:60], r.kernel_class, *figures(r)] for r in s.kernels.head(s.top).itertuples()],
+        headers=["kernel", "class", "time ms", "count", per_step, *decode, "% kernel time"], tablefmt="simple",
         disable_numparse=True,
     ))
     return "\n".join(lines)

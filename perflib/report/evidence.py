@@ -128,7 +128,9 @@ def per_level(tables: DerivedTables, level_checks: pd.DataFrame, occupancy: str,
              "tokens − 1) / (total − TTFT), and it and TTFT (first token-carrying chunk − request sent) are each "
              "run's mean over its requests; the decode step is Δtokens_predicted_seconds / Δdecode_tokens from "
              f"`/metrics`; the steady step is the client's median inter-token gap while all requests decode; "
-             f"{occupancy}")
+             f"{occupancy}"
+             + (f" {DECODE_ONLY}, GPU busy, host gap and busy share are those of its decode steps alone."
+                if tb.phased(tables) else ""))
     after = join(absent, dropped_line(dropped, "no kernel trace, or a counter the server does not export"),
                  _levels_left_out(level_checks))
     return section("Per level", intro, text, f"{len(rows)} levels", figure, after)
@@ -148,7 +150,7 @@ def _levels_left_out(level_checks: pd.DataFrame) -> str:
 
 def profile(tables: DerivedTables, figure: dict | None) -> str:
     """GPU busy against host gaps per step, the gap buckets, the kernel classes and batch 1 to B."""
-    tr = tb.trace_level_table(tables)
+    tr = tb.decode_level_table(tables)
     if not len(tr):
         return section("Profile", "Not measured: no kernel trace in this campaign (see the notes).")
     lost = _lost_traces(tables)
@@ -167,12 +169,19 @@ def profile(tables: DerivedTables, figure: dict | None) -> str:
              "is the union of kernel, copy and fill intervals; host gap = step − busy. Medians over repeats."
              + (" A step count marked \"a guess\" comes from the dispatch rhythm alone: no step range, request "
                 "record or counter gave it, so the per-step figures of that level are estimates."
-                if any(r["steps"].endswith("(a guess)") for r in rows) else ""))
+                if any(r["steps"].endswith("(a guess)") for r in rows) else "")
+             + (f" {DECODE_ONLY}: their steps, step, GPU busy, host gap and dispatches are the decode steps' "
+                "(\"decode steps only\"), and the steps of every phase are under Steps by phase."
+                if tb.phased(tables) else ""))
     intro = join(intro, _phase_lines(tables))
     return join(section("Profile", intro, join(text, _phases(tables), _gaps(tables), _host_gap_split(tables),
                                                _classes(tables),
                                                _batch_classes(tables), _batch_steps(tables)),
                         f"{len(rows)} traced levels", figure))
+
+
+DECODE_ONLY = "Where the engine names its steps' phases (SGLang, vLLM)"
+"""How the page says that a level's per-step figures are its decode steps' alone."""
 
 
 def _lost_traces(tables: DerivedTables) -> dict[tuple[str, str, int, int], int]:
@@ -231,7 +240,9 @@ def _host_gap_split(tables: DerivedTables) -> str:
              "launch the kernels: sync and copy wait where a synchronising call or a device-to-host copy is in "
              "flight, else launch where a kernel or graph launch call is, else other API where any other call "
              "is, else host compute (no API call in flight: the server's scheduling, sampling, output "
-             "processing). The four add up to the gap; medians over repeats.")
+             "processing). The four add up to the gap; medians over repeats."
+             + (f" {DECODE_ONLY}, over its decode steps alone (each from the previous step's end)."
+                if tb.phased(tables) else ""))
     return join(intro, text)
 
 
@@ -242,7 +253,8 @@ def _classes(tables: DerivedTables) -> str:
              "share": pct(r.share), "count": fmt(r.count_per_step, ".1f")} for r in frame.itertuples(index=False)]
     text, _ = table(rows, [*KEYS, Column("kernel_class", "kernel class"), Column("ms", "ms / step", True),
                            Column("share", "share of kernel time", True), Column("count", "dispatches / step", True)])
-    return join("**Kernel classes** (a class a repeat lacks counts 0 there):", text) if text else ""
+    decode = f"; {DECODE_ONLY[0].lower()}{DECODE_ONLY[1:]}, of its decode steps alone" if tb.phased(tables) else ""
+    return join(f"**Kernel classes** (a class a repeat lacks counts 0 there{decode}):", text) if text else ""
 
 
 def _batch_classes(tables: DerivedTables) -> str:

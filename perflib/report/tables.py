@@ -51,8 +51,8 @@ def level_table(tables: DerivedTables) -> pd.DataFrame:
             "mixed_steps", "ttft_ms", "aggregate_tok_s", "own_step_share", "prefill_share", "other_share",
             "overlap_share"]
     levels = _median_levels(runs, cols)
-    trace = _median_levels(tables.trace_runs, ["busy_ms_per_step", "gap_ms_per_step", "busy_share", "window_ms",
-                                               "dispatches"])
+    trace = _median_levels(decode_runs(tables, figures=PER_STEP), ["busy_ms_per_step", "gap_ms_per_step",
+                                                                   "busy_share", "window_ms", "dispatches"])
     trace = trace.rename(columns={"window_ms": "trace_window_ms", "runs": "traced"})
     if len(trace) and len(levels):  # traced levels with no request runs (a trace-only backend) stay in
         for key in ("batch", "context"):
@@ -217,9 +217,62 @@ def traced_overhead_table(tables: DerivedTables, campaign: Campaign, batch: int 
                                        "runs", "change_pct"])
 
 
-def trace_level_table(tables: DerivedTables) -> pd.DataFrame:
-    """Per traced level: steps, step ms from the trace (window / steps), GPU busy and host gap per step."""
+def phased(tables: DerivedTables) -> bool:
+    """Whether any trace run's steps have phases the engine names (its `decode_steps` is a count)."""
     tr = tables.trace_runs
+    return bool(tr is not None and len(tr) and "decode_steps" in tr.columns
+                and pd.to_numeric(tr["decode_steps"], errors="coerce").notna().any())
+
+
+PER_STEP = ("busy_ms_per_step", "gap_ms_per_step", "busy_share")
+"""The per-step figures of a trace run (and its busy share) that are its decode steps' where the engine
+names its steps' phases (`decode_runs`)."""
+DECODE_NOTE = " (decode steps only)"
+
+
+def decode_runs(tables: DerivedTables, figures: Sequence[str] = (*PER_STEP, "steps", "window_ms", "dispatches")
+                ) -> pd.DataFrame:
+    """The trace runs with, where the engine names its steps' phases, the decode steps' `figures` in place
+    of the whole window's (the `trace_runs` decode columns; the decode row of `phases` for the dispatches):
+    a decode-step figure never averages prefill steps in (DESIGN.md). A run with no decode step has none
+    (NaN; its `phase_note` says why). Runs whose steps have no phase are as they are."""
+    tr = tables.trace_runs
+    if tr is None or not len(tr) or "decode_steps" not in tr.columns:
+        return tr
+    decode = pd.to_numeric(tr["decode_steps"], errors="coerce")
+    phased = decode.notna()
+    if not phased.any():
+        return tr
+    tr = tr.copy()
+    steps = decode.where(decode > 0)
+    window = pd.to_numeric(tr["decode_window_ms"], errors="coerce")
+    values = {"steps": steps, "window_ms": window, "busy_ms_per_step": tr["decode_busy_ms_per_step"],
+              "gap_ms_per_step": tr["decode_gap_ms_per_step"],
+              "busy_share": pd.to_numeric(tr["decode_busy_ms"], errors="coerce") / window.where(window > 0),
+              "dispatches": _decode_dispatches(tables, tr)}
+    for col in figures:
+        tr[col] = pd.to_numeric(tr[col], errors="coerce").where(~phased, pd.to_numeric(values[col], errors="coerce"))
+    if "step_method" in tr.columns:
+        note = pd.Series(DECODE_NOTE, index=tr.index).where(decode > 0, " (no decode step)")
+        tr["step_method"] = tr["step_method"].where(~phased, tr["step_method"].astype(str) + note)
+    return tr
+
+
+def _decode_dispatches(tables: DerivedTables, tr: pd.DataFrame) -> pd.Series:
+    """Per trace run, the dispatches starting in its decode steps' periods (`phases`), NaN where none."""
+    ph = tables.phases
+    if ph is None or not len(ph):
+        return pd.Series(float("nan"), index=tr.index)
+    keys = [*LEVEL_KEYS, "repeat"]
+    mine = ph[_phase_text(ph) == "decode"][[*keys, "dispatches"]].astype({k: str for k in keys})
+    joined = tr[keys].astype(str).merge(mine, on=keys, how="left")
+    return pd.Series(pd.to_numeric(joined["dispatches"], errors="coerce").to_numpy(), index=tr.index)
+
+
+def trace_level_table(tables: DerivedTables, decode: bool = False) -> pd.DataFrame:
+    """Per traced level: steps, step ms from the trace (window / steps), GPU busy and host gap per step;
+    `decode`: those of the decode steps alone where the engine names its steps' phases (`decode_runs`)."""
+    tr = decode_runs(tables) if decode else tables.trace_runs
     if tr is None or not len(tr):
         return pd.DataFrame(columns=[*LEVEL_KEYS, "runs", "steps", "step_ms", "busy_ms_per_step", "gap_ms_per_step",
                                      "busy_share", "dispatches_per_step", "step_method", "steps_guessed"])
@@ -237,20 +290,10 @@ def trace_level_table(tables: DerivedTables) -> pd.DataFrame:
 
 
 def decode_level_table(tables: DerivedTables) -> pd.DataFrame:
-    """`trace_level_table` with GPU busy and host gap per step of the decode steps alone where the
-    engine names its steps' phases (the `trace_runs` decode columns; NaN at a level with no decode
-    step): what a "per decode step" figure shows. Levels whose steps have no phase keep the window's."""
-    out = trace_level_table(tables)
-    tr = tables.trace_runs
-    if not len(out) or "decode_steps" not in tr.columns or pd.to_numeric(tr["decode_steps"], errors="coerce").isna().all():
-        return out
-    decode = _median_levels(tr, ["decode_steps", "decode_busy_ms_per_step", "decode_gap_ms_per_step"])
-    out = out.merge(decode[[*LEVEL_KEYS, "decode_steps", "decode_busy_ms_per_step", "decode_gap_ms_per_step"]],
-                    on=LEVEL_KEYS, how="left")
-    phased = out["decode_steps"].notna()
-    for col in ("busy_ms_per_step", "gap_ms_per_step"):
-        out.loc[phased, col] = out.loc[phased, f"decode_{col}"]
-    return out.drop(columns=["decode_steps", "decode_busy_ms_per_step", "decode_gap_ms_per_step"])
+    """`trace_level_table` of the decode steps alone where the engine names its steps' phases (NaN at a
+    level with no decode step): what a "per decode step" figure shows. Levels whose steps have no phase
+    keep the window's."""
+    return trace_level_table(tables, decode=True)
 
 
 def _truthy(frame: pd.DataFrame, column: str) -> pd.Series:
@@ -260,19 +303,46 @@ def _truthy(frame: pd.DataFrame, column: str) -> pd.Series:
     return frame[column].map(lambda v: str(v).strip().lower() in ("true", "1", "1.0"))
 
 
+def _decode_classes(cls: pd.DataFrame, tr: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(class rows, trace runs) with, for a run whose steps have phases, its decode steps' figures in place
+    of the window's (`decode_ms_per_step`, `decode_count` over the decode steps, the share of the decode
+    steps' kernel time) and `steps` its decode steps; a run with no decode step, and a class its decode
+    steps did not run, left out."""
+    keys = [*LEVEL_KEYS, "repeat"]
+    cls = cls.merge(tr[[*keys, "steps", *(["decode_steps"] if "decode_steps" in tr.columns else [])]], on=keys,
+                    how="left")
+    cls["steps"] = pd.to_numeric(cls["steps"], errors="coerce")
+    for col in ("ms_per_step", "share", "count"):
+        cls[col] = pd.to_numeric(cls[col], errors="coerce")
+    if "decode_steps" not in cls.columns or "decode_time_ms" not in cls.columns:
+        return cls, tr
+    decode = pd.to_numeric(cls["decode_steps"], errors="coerce")
+    phased = decode.notna()
+    if not phased.any():
+        return cls, tr
+    time_ms = pd.to_numeric(cls["decode_time_ms"], errors="coerce")
+    total = time_ms.groupby([cls[k] for k in keys]).transform("sum")
+    cls = cls.assign(ms_per_step=cls["ms_per_step"].where(~phased, pd.to_numeric(cls["decode_ms_per_step"],
+                                                                                  errors="coerce")),
+                     share=cls["share"].where(~phased, time_ms / total.where(total > 0)),
+                     count=cls["count"].where(~phased, pd.to_numeric(cls["decode_count"], errors="coerce")),
+                     steps=cls["steps"].where(~phased, decode))
+    kept = pd.to_numeric(tr["decode_steps"], errors="coerce")
+    ran = (time_ms > 0) | (cls["count"] > 0)  # a class the decode steps did not run (prefill's own) is not listed
+    return cls[~phased | ((decode > 0) & ran)], tr[kept.isna() | (kept > 0)]
+
+
 def class_level_table(tables: DerivedTables) -> pd.DataFrame:
     """Per traced level and kernel class: medians over repeats of ms per step, share and dispatches per
-    step. A class that a repeat does not have counts as 0 in that repeat (else the shares of a level
-    whose repeats took different kernels add up to more than 100%)."""
+    step, of the decode steps alone where the engine names its steps' phases (`_decode_classes`). A class
+    that a repeat does not have counts as 0 in that repeat (else the shares of a level whose repeats took
+    different kernels add up to more than 100%)."""
     cls, tr = tables.classes, tables.trace_runs
     cols = [*LEVEL_KEYS, "kernel_class", "ms_per_step", "share", "count_per_step"]
     if cls is None or not len(cls):
         return pd.DataFrame(columns=cols)
-    steps = tr[[*LEVEL_KEYS, "repeat", "steps"]]
-    cls = cls.merge(steps, on=[*LEVEL_KEYS, "repeat"], how="left")
-    cls["count_per_step"] = pd.to_numeric(cls["count"], errors="coerce") / pd.to_numeric(cls["steps"], errors="coerce")
-    for col in ("ms_per_step", "share"):
-        cls[col] = pd.to_numeric(cls[col], errors="coerce")
+    cls, tr = _decode_classes(cls, tr)
+    cls["count_per_step"] = cls["count"] / cls["steps"]
     grid = (tr[[*LEVEL_KEYS, "repeat"]].drop_duplicates()
             .merge(cls[[*LEVEL_KEYS, "kernel_class"]].drop_duplicates(), on=LEVEL_KEYS))
     full = grid.merge(cls[[*LEVEL_KEYS, "repeat", "kernel_class", "ms_per_step", "share", "count_per_step"]],
@@ -416,14 +486,35 @@ HOST_GAP_LEVEL = ["gap_ms_per_step", *(f"{p}_ms_per_step" for p in HOST_GAP_PART
                   *(f"{p}_gap_share" for p in HOST_GAP_PARTS), "launch_calls_per_step"]
 
 
+def _decode_host_gaps(hg: pd.DataFrame) -> pd.DataFrame:
+    """`host_gaps` rows with, where the steps have phases, the split of the decode steps' periods in place of
+    the window's (the `decode_*` columns: steps, host gap, each part, its share and per step; the launch
+    calls, counted over the window, left out); a run with no decode step is not measured and says so."""
+    decode = pd.to_numeric(hg["decode_steps"], errors="coerce") if "decode_steps" in hg.columns else None
+    if decode is None or decode.isna().all():
+        return hg
+    phased = decode.notna()
+    steps = decode.where(decode > 0)
+    gap = pd.to_numeric(hg["decode_gap_ms"], errors="coerce")
+    swap = {"steps": steps, "gap_ms": gap, "launch_calls": float("nan")}
+    for part in HOST_GAP_PARTS:
+        ms = pd.to_numeric(hg[f"decode_{part}_ms"], errors="coerce")
+        swap.update({f"{part}_ms": ms, f"{part}_gap_share": ms / gap.where(gap > 0), f"{part}_ms_per_step": ms / steps})
+    for col, value in swap.items():
+        hg[col] = pd.to_numeric(hg[col], errors="coerce").where(~phased, value)
+    hg["note"] = hg["note"].where(~(phased & (decode == 0)), "no decode step in this capture")
+    return hg
+
+
 def host_gap_level_table(tables: DerivedTables) -> pd.DataFrame:
     """Per traced level: what fills the host gap (`perflib.attribution.hostgaps`), ms per step of each part
     and its share of the gap, medians over the repeats whose capture held host API calls (`measured` of
-    `runs`); `note` says why where none did."""
+    `runs`); `note` says why where none did. Over the decode steps alone where the engine names its
+    steps' phases (`_decode_host_gaps`)."""
     hg = tables.host_gaps
     if hg is None or not len(hg):
         return pd.DataFrame(columns=[*LEVEL_KEYS, "runs", "measured", *HOST_GAP_LEVEL, "note"])
-    hg = hg.copy()
+    hg = _decode_host_gaps(hg.copy())
     steps = pd.to_numeric(hg["steps"], errors="coerce")
     hg["gap_ms_per_step"] = pd.to_numeric(hg["gap_ms"], errors="coerce") / steps
     hg["launch_calls_per_step"] = pd.to_numeric(hg["launch_calls"], errors="coerce") / steps

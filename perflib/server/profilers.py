@@ -2,7 +2,7 @@
 
 | kind | how the capture is made | the capture, once the server has stopped |
 | --- | --- | --- |
-| `rocprofv3` | wraps the server: `rocprofv3 --kernel-trace --stats -f csv -d DIR -o trace -- <server>` | DIR, its files found by rocprofv3's own suffixes |
+| `rocprofv3` | wraps the server: `rocprofv3 --kernel-trace --memory-copy-trace --hip-runtime-trace --marker-trace --stats -f csv -d DIR -o trace -- <server>`: the dispatches and copies, the HIP runtime API calls (what fills the host gaps) and the ROCTx ranges (the engine's steps) | DIR, its files found by rocprofv3's own suffixes |
 | `cupti` | injects `CUDA_INJECTION64_PATH=<library>`. perflib's own library (the default) writes the records to `PERFLIB_CUPTI_OUTPUT` and its counts to `PERFLIB_CUPTI_STATS`; the CUDA sample (`library: sample`) prints them on stdout | `DIR/cupti.txt` (the server's log kept apart) and, from perflib's library, `DIR/cupti-stats.json` |
 | `nsys` | wraps the server: `nsys profile -o DIR/capture <server>`, then `nsys export --type sqlite` | `DIR/capture.sqlite` |
 | `torch` | the server's own PyTorch profiler, its folder in the preset's variable (vLLM `VLLM_TORCH_PROFILER_DIR`, SGLang `SGLANG_TORCH_PROFILER_DIR`); `POST /start_profile` and `/stop_profile` around each level | one Kineto file per level |
@@ -32,6 +32,12 @@ from perflib.errors import InputError, PerflibError
 LIVE_KINDS = ("none", "rocprofv3", "cupti", "nsys", "torch")
 """Profilers perflib runs around a server it starts (`kineto` names committed Kineto files instead)."""
 
+ROCPROFV3_TRACES = ("--kernel-trace", "--memory-copy-trace", "--hip-runtime-trace", "--marker-trace")
+"""What rocprofv3 traces around a server (docs/reference/FORMATS.md §1.1): kernel dispatches and copies
+(`*_kernel_trace.csv`, `*_memory_copy_trace.csv`: GPU busy, and a device-to-host copy's wait), the HIP
+runtime API (`*_hip_api_trace.csv`: launches and synchronisations, what fills the host gaps; the HIP
+compiler API that `--hip-trace` adds is registration only) and ROCTx (`*_marker_api_trace.csv`: the
+ranges an engine marks its steps with). All of them are read from the output folder into one `Trace`."""
 CUDA_HOME = Path(os.environ.get("CUDA_HOME", "/usr/local/cuda"))
 CUPTI_RECORDS, CUPTI_STATS = "cupti.txt", "cupti-stats.json"
 """The CUPTI capture's records and, from perflib's library, its counts, in the capture folder."""
@@ -94,7 +100,7 @@ class Capture:
         self.directory.mkdir(parents=True, exist_ok=True)
         if self.kind == "rocprofv3":
             prof = self.binary or "rocprofv3"
-            return ((prof, "--kernel-trace", "--stats", "-f", "csv", "-d", str(self.directory), "-o", "trace",
+            return ((prof, *ROCPROFV3_TRACES, "--stats", "-f", "csv", "-d", str(self.directory), "-o", "trace",
                      *self.args, "--", *argv), env, None)
         if self.kind == "nsys":
             prof = self.binary or "nsys"

@@ -20,8 +20,9 @@ outside `perflib.traces` imports a reader module (`tests/test_architecture.py`).
 
 Importing this package stays cheap (no pandas, numpy or pyarrow): a reader loads on the first read of
 its format, so that format detection and the Kineto prefetch run before the heavy imports.
-`write_trace_parquet` writes perflib's own trace file (a cut) from a `Trace`, its host API calls beside it
-(`write_api_parquet`, `api_path`); `companion_files` names the files a read of a path reads besides it.
+`write_trace_parquet` writes perflib's own trace file (a cut) from a `Trace`, its host API calls and its
+markers beside it (`write_side_parquet`, `write_api_parquet`, `api_path`, `markers_path`); `companion_files`
+names the files a read of a path reads besides it.
 """
 
 from __future__ import annotations
@@ -35,9 +36,18 @@ from perflib.traces.formats import (
     read_stats,
     read_trace,
 )
-from perflib.traces.parquet import api_path, companion_files, write_api_parquet, write_trace_parquet
+from perflib.traces.parquet import (
+    api_path,
+    companion_files,
+    host_start,
+    markers_path,
+    write_api_parquet,
+    write_side_parquet,
+    write_trace_parquet,
+)
 from perflib.traces.prefetch import start_prefetch
 from perflib.traces.trace import ReadMode, Trace
 
 __all__ = ["FORMATS", "ReadMode", "Trace", "TraceFormat", "api_path", "companion_files", "detect_format", "file_meta",
-           "read_csv_table", "read_stats", "read_trace", "start_prefetch", "write_api_parquet", "write_trace_parquet"]
+           "host_start", "markers_path", "read_csv_table", "read_stats", "read_trace", "start_prefetch", "write_api_parquet",
+           "write_side_parquet", "write_trace_parquet"]

@@ -5,9 +5,11 @@ level's window, the dispatch table itself is stored with dictionary-encoded name
 the original clock, source format and meta ride in the Parquet key-value metadata, so
 `read_trace` gives back exactly what the original reader gave for that window. The host API calls of
 the same window (what fills its host gaps, `perflib.attribution.hostgaps`) go to a second file beside
-it in the same ns schema, `trace.api.parquet` (`api_path`), which the cut's metadata names with its row
-count; a cut that names none reads with no API calls and says why (`meta["api_note"]`: a cut made
-before perflib kept them, a capture without them, none in the window).
+it in the same ns schema, `trace.api.parquet` (`api_path`), and its ranges and marks (the engine's step
+ranges, NVTX/roctx ranges, `ProfilerStep#`: what `perflib.attribution.markers` counts steps and phases
+from) to a third, `trace.markers.parquet` (`markers_path`); the cut's metadata names each with its row
+count (`SIDES`). A cut that names none reads with an empty table and says why (`meta["api_note"]`,
+`meta["markers_note"]`: a cut made before perflib kept them, a capture without them, none in the window).
 
 Read back, the file is checked as any profiler output is: the metadata is JSON of the types written
 (an unknown clock, a non-object meta, ... are `InputError`s naming the key), the columns are of
@@ -22,6 +24,7 @@ pandas (through `schema`) load inside the functions that read or write a file.
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -38,39 +41,107 @@ _META_KEY = b"perflib.trace"
 _API_KEY = b"perflib.trace.api"
 API_SUFFIX = ".api.parquet"
 """How the file of a cut's host API calls is named beside it: `trace.parquet` -> `trace.api.parquet`."""
-READ_META = ("api_note",)
-"""Meta keys the read of a cut adds (why it holds no API calls), never written back into a cut."""
+MARKERS_SUFFIX = ".markers.parquet"
+"""How the file of a cut's ranges and marks is named beside it: `trace.parquet` -> `trace.markers.parquet`."""
+
+
+@dataclass(frozen=True)
+class Side:
+    """A table a cut keeps in a file beside it: its key in the cut's metadata (`api`, `markers`), the
+    file's suffix, the Parquet metadata key that file carries, and what its rows are (for errors)."""
+
+    key: str
+    suffix: str
+    meta_key: bytes
+    what: str
+    note: str
+    """The meta key the read of a cut sets where it holds none of these rows: why."""
+
+
+SIDES = (Side("api", API_SUFFIX, _API_KEY, "host API calls", "api_note"),
+         Side("markers", MARKERS_SUFFIX, b"perflib.trace.markers", "ranges and marks", "markers_note"))
+"""The tables a cut keeps beside its dispatches, each in its own file (`Trace.api`, `Trace.markers`)."""
+_SIDE = {side.key: side for side in SIDES}
+READ_META = tuple(side.note for side in SIDES)
+"""Meta keys the read of a cut adds (why it holds no API calls, no markers), never written back into a cut."""
+
+
+def side_path(path: str | Path, key: str) -> Path:
+    """The file beside a cut that holds its `key` table (`api`, `markers`): `trace.parquet` ->
+    `trace.api.parquet`, `trace.markers.parquet`."""
+    path = Path(path)
+    stem = path.name[: -len(".parquet")] if path.name.endswith(".parquet") else path.name
+    return path.with_name(stem + _SIDE[key].suffix)
 
 
 def api_path(path: str | Path) -> Path:
     """The file beside a cut that holds its host API calls: `trace.parquet` -> `trace.api.parquet`."""
-    path = Path(path)
-    stem = path.name[: -len(".parquet")] if path.name.endswith(".parquet") else path.name
-    return path.with_name(stem + API_SUFFIX)
+    return side_path(path, "api")
 
 
-def _overlapping(frame: pd.DataFrame, start_ns: int | None, end_ns: int | None) -> pd.DataFrame:
-    """The rows overlapping [start_ns, end_ns) (either bound may be open), with a fresh index."""
+def markers_path(path: str | Path) -> Path:
+    """The file beside a cut that holds its ranges and marks: `trace.parquet` -> `trace.markers.parquet`."""
+    return side_path(path, "markers")
+
+
+def _overlapping(frame: pd.DataFrame, start_ns: int | None, end_ns: int | None, marks: bool = False) -> pd.DataFrame:
+    """The rows overlapping [start_ns, end_ns) (either bound may be open), with a fresh index; `marks`:
+    and the rows of no length (a marker table's marks) that lie inside it."""
     if start_ns is not None:
-        frame = frame[frame["end_ns"] > start_ns]
+        after = frame["end_ns"] > start_ns
+        if marks:
+            after |= (frame["end_ns"] == frame["start_ns"]) & (frame["start_ns"] >= start_ns)
+        frame = frame[after]
     if end_ns is not None:
         frame = frame[frame["start_ns"] < end_ns]
     return frame.reset_index(drop=True)
 
 
-def write_api_parquet(trace: Trace, path: str | Path, start_ns: int | None = None, end_ns: int | None = None,
-                      name: str | None = None) -> dict[str, Any]:
-    """Write the host API calls of `trace` overlapping [start_ns, end_ns) to `path` (nothing where none
-    does) and return what the cut's own metadata says of them (`api` there): the file's `name` (default
-    `path`'s; None where nothing was written), its rows, the capture's rows and, where the capture held
-    none, why (a note the capture's read gave)."""
+LAUNCH_LOOKBACK_NS = 10_000_000_000
+"""How far before a cut's start its host tables may reach for the launch calls of its dispatches (10 s)."""
+
+
+def host_start(trace: Trace, dispatches: pd.DataFrame, start_ns: int | None) -> int | None:
+    """Where a cut's host tables (`SIDES`) begin: its own start, or earlier where a dispatch it keeps was
+    launched earlier (its API call's start, joined by correlation id, within `LAUNCH_LOOKBACK_NS`). A
+    host range precedes the kernels it launched (the launch queue, a long prefill step), so the step
+    ranges and launch calls that put a step's kernels on the GPU (`perflib.attribution.markers`) are
+    kept with those kernels, and the cut counts the steps of its window as the capture does."""
+    # late: not at `import perflib.traces` (module docstring)
+    import numpy as np
+
+    api = trace.api
+    if start_ns is None or not len(api) or not len(dispatches) or "correlation_id" not in dispatches:
+        return start_ns
+    ids = dispatches["correlation_id"].to_numpy(dtype=np.int64)
+    ids = np.unique(ids[ids >= 0])
+    starts = api["start_ns"].to_numpy(dtype=np.int64)
+    early = (starts < start_ns) & (starts >= start_ns - LAUNCH_LOOKBACK_NS)
+    if not ids.size or not early.any():
+        return start_ns
+    launched = early & np.isin(api["correlation_id"].to_numpy(dtype=np.int64), ids)
+    return int(starts[launched].min()) if launched.any() else start_ns
+
+
+def _table_of(trace: Trace, key: str) -> pd.DataFrame:
+    return trace.api if key == "api" else trace.markers
+
+
+def write_side_parquet(trace: Trace, key: str, path: str | Path, start_ns: int | None = None,
+                       end_ns: int | None = None, name: str | None = None) -> dict[str, Any]:
+    """Write the rows of `trace`'s `key` table (`api`: host API calls; `markers`: ranges and marks)
+    overlapping [start_ns, end_ns) to `path` (nothing where none does) and return what the cut's own
+    metadata says of them (`api`, `markers` there): the file's `name` (default `path`'s; None where
+    nothing was written), its rows, the capture's rows and, where the capture held none, why (a note the
+    capture's read gave)."""
     # late: not at `import perflib.traces` (module docstring)
     import pandas as pd
     import pyarrow as pa
 
-    frame = _overlapping(trace.api, start_ns, end_ns)
-    why = "" if len(trace.api) else str(trace.meta.get("api_note") or "")
-    described = {"file": None, "rows": 0, "capture_rows": int(len(trace.api)), "why": why}
+    side, whole = _SIDE[key], _table_of(trace, key)
+    frame = _overlapping(whole, start_ns, end_ns, marks=key == "markers")
+    why = "" if len(whole) else str(trace.meta.get(side.note) or "")
+    described = {"file": None, "rows": 0, "capture_rows": int(len(whole)), "why": why}
     if not len(frame):
         return described
     frame = frame.drop(columns=[c for c in ("source",) if c in frame.columns])
@@ -80,26 +151,35 @@ def write_api_parquet(trace: Trace, path: str | Path, start_ns: int | None = Non
     table = pa.Table.from_pandas(frame, preserve_index=False)
     info = {"source": trace.source, "cut": {"start_ns": start_ns, "end_ns": end_ns}, "rows": int(len(frame))}
     table = table.replace_schema_metadata({**(table.schema.metadata or {}),
-                                           _API_KEY: json.dumps(info).encode()})
+                                           side.meta_key: json.dumps(info).encode()})
     write_table(table, Path(path), dictionary=("name", "domain"))
     return {**described, "file": name or Path(path).name, "rows": int(len(frame))}
 
 
+def write_api_parquet(trace: Trace, path: str | Path, start_ns: int | None = None, end_ns: int | None = None,
+                      name: str | None = None) -> dict[str, Any]:
+    """`write_side_parquet` of the host API calls (`api`)."""
+    return write_side_parquet(trace, "api", path, start_ns, end_ns, name)
+
+
 def write_trace_parquet(trace: Trace, path: str | Path, start_ns: int | None = None,
-                        end_ns: int | None = None, api: dict[str, Any] | None = None) -> Path:
+                        end_ns: int | None = None, api: dict[str, Any] | None = None,
+                        markers: dict[str, Any] | None = None) -> Path:
     """Write `trace.dispatches` (optionally only dispatches overlapping [start_ns, end_ns]) and its host API
-    calls in the same bounds beside it (`api_path`, `write_api_parquet`); `api`: what `write_api_parquet`
-    gave where the caller wrote them itself (`perflib.cut`, through a temporary file)."""
+    calls and markers in the same bounds beside it, reaching back to the launch calls of those dispatches
+    (`host_start`; `api_path`, `markers_path`, `write_side_parquet`); `api`, `markers`: what
+    `write_side_parquet` gave where the caller wrote them itself (`perflib.cut`, through temporary files)."""
     import pyarrow as pa  # late: not at `import perflib.traces` (module docstring)
 
     path = Path(path)
-    if api is None:
-        api = write_api_parquet(trace, api_path(path), start_ns, end_ns)
     frame = _overlapping(trace.dispatches, start_ns, end_ns)
+    given, reach = {"api": api, "markers": markers}, host_start(trace, frame, start_ns)
+    sides = {key: given[key] if given[key] is not None
+             else write_side_parquet(trace, key, side_path(path, key), reach, end_ns) for key in _SIDE}
     table = pa.Table.from_pandas(frame, preserve_index=False)
     meta = {"clock": trace.clock, "source": trace.source, "path": trace.path,
             "meta": {k: v for k, v in trace.meta.items() if k not in READ_META},
-            "cut": {"start_ns": start_ns, "end_ns": end_ns}, "api": api}
+            "cut": {"start_ns": start_ns, "end_ns": end_ns}, **sides}
     table = table.replace_schema_metadata({**(table.schema.metadata or {}),
                                            _META_KEY: json.dumps(meta, default=str).encode()})
     write_table(table, path)
@@ -145,17 +225,17 @@ def _info(path: Path, raw: bytes) -> dict[str, Any]:
               "cut": (lambda v: v is None or (isinstance(v, dict) and all(
                   v.get(k) is None or type(v.get(k)) is int for k in ("start_ns", "end_ns"))),
                       "null or {start_ns, end_ns} as integers or null"),
-              "api": (_api_described, "{file: a name beside this file or null, rows, capture_rows: counts, "
-                                      "why: text}")}
+              **{side.key: (_side_described, "{file: a name beside this file or null, rows, capture_rows: "
+                                              "counts, why: text}") for side in SIDES}}
     for key, (ok, expected) in checks.items():
         if key in info and not ok(info[key]):
             raise InputError(path, f"{where}, key {key}", expected, repr(info[key])[:80])
     return info
 
 
-def _api_described(value: Any) -> bool:
-    """Whether the `api` a cut's metadata holds is what `write_api_parquet` writes: a plain file name
-    beside the cut (never a path) or null, and counts of rows."""
+def _side_described(value: Any) -> bool:
+    """Whether the `api` or `markers` a cut's metadata holds is what `write_side_parquet` writes: a plain
+    file name beside the cut (never a path) or null, and counts of rows."""
     if not isinstance(value, dict):
         return False
     file, rows, capture = value.get("file"), value.get("rows"), value.get("capture_rows")
@@ -247,67 +327,79 @@ def _column(table: Any, c: str, path: Path) -> np.ndarray:
 
 NO_API_KEPT = "this trace cut holds GPU dispatches only: it was made before perflib kept the host API records"
 NO_API_IN_WINDOW = "no host API call of the capture overlaps this cut's window"
+NO_MARKERS_KEPT = ("this trace cut holds no ranges or marks: it was made before perflib kept them beside its "
+                   "dispatches (cut it again from its capture to keep the engine's step ranges)")
+NO_MARKERS_IN_WINDOW = "no range or mark of the capture overlaps this cut's window"
+_WHY = {"api": (NO_API_KEPT, NO_API_IN_WINDOW), "markers": (NO_MARKERS_KEPT, NO_MARKERS_IN_WINDOW)}
+"""Per side table: why a cut holds none of its rows, where it was made before perflib kept them, and
+where none was in its window."""
 
 
-def _api(path: Path, info: dict[str, Any], source: str) -> tuple[pd.DataFrame, str]:
-    """The cut's host API calls (the file its metadata names beside it), or none and why: a cut made
-    before perflib kept them, or none in the window ('' where the capture held none: its source format
-    says why, as for the capture itself, `perflib.attribution.hostgaps`). A file the metadata names
-    that is missing, or holds other rows, is an `InputError`: the cut would read as one without calls."""
+def _side(path: Path, info: dict[str, Any], source: str, key: str) -> tuple[pd.DataFrame, str]:
+    """The cut's `key` table (`api`: host API calls, `markers`: ranges and marks; the file its metadata
+    names beside it), or none and why: a cut made before perflib kept them, or none in the window (''
+    where the capture held none: its source format says why, as for the capture itself,
+    `perflib.attribution.hostgaps`). A file the metadata names that is missing, or holds other rows, is an
+    `InputError`: the cut would read as one without them."""
     # late: not at `import perflib.traces` (module docstring)
     import pyarrow.parquet as pq
 
     from perflib.traces import schema
 
-    described = info.get("api")
+    side = _SIDE[key]
+    columns, empty, frame = ((schema.API_COLUMNS, schema.empty_api, schema.api_frame) if key == "api"
+                             else (schema.MARKER_COLUMNS, schema.empty_markers, schema.marker_frame))
+    described = info.get(key)
+    kept_none, none_in_window = _WHY[key]
     if described is None:
-        return schema.empty_api(source), NO_API_KEPT
+        return empty(source), kept_none
     if described["file"] is None:
-        why = described.get("why") or (NO_API_IN_WINDOW if described.get("capture_rows") else "")
-        return schema.empty_api(source), why
-    side = path.with_name(described["file"])
+        why = described.get("why") or (none_in_window if described.get("capture_rows") else "")
+        return empty(source), why
+    near = path.with_name(described["file"])
     try:
-        table = pq.read_table(side)
-        raw = (table.schema.metadata or {}).get(_API_KEY)
+        table = pq.read_table(near)
+        raw = (table.schema.metadata or {}).get(side.meta_key)
     except Exception as exc:  # pyarrow raises several types for a missing or damaged file
-        raise InputError(side, None, f"the host API calls that {path.name} names (a readable Parquet file)",
+        raise InputError(near, None, f"the {side.what} that {path.name} names (a readable Parquet file)",
                          said(exc, with_type=True)) from exc
     if raw is None or table.num_rows != described["rows"]:
-        raise InputError(side, "metadata", f"the {described['rows']} host API calls that {path.name} names "
-                         f"(Parquet metadata key {_API_KEY.decode()!r})",
+        raise InputError(near, "metadata", f"the {described['rows']} {side.what} that {path.name} names "
+                         f"(Parquet metadata key {side.meta_key.decode()!r})",
                          f"{table.num_rows} rows" + ("" if raw is not None else ", without that key"))
-    missing = [c for c in schema.API_COLUMNS if c != "source" and c not in table.column_names]
+    missing = [c for c in columns if c != "source" and c not in table.column_names]
     if missing:
-        raise InputError(side, "columns", f"the API columns {schema.API_COLUMNS}", f"missing {missing}")
-    columns: dict[str, Any] = {}
-    for c in schema.API_COLUMNS[:-1]:
+        raise InputError(near, "columns", f"the {side.what}' columns {columns}", f"missing {missing}")
+    values: dict[str, Any] = {}
+    for c in columns[:-1]:
         try:
-            columns[c] = (_text_column(table, c, side) if c in ("name", "domain")
-                          else _int_column(table, c, side, required=c in ("start_ns", "end_ns")))
+            values[c] = (_text_column(table, c, near) if c in ("name", "domain")
+                         else _int_column(table, c, near, required=c in ("start_ns", "end_ns")))
         except InputError:
             raise
         except Exception as exc:  # noqa: BLE001 - values pyarrow cannot convert (text that is not UTF-8, ...)
-            raise InputError(side, f"column {c}", "values that can be read", said(exc, with_type=True)) from exc
-    return schema.api_frame(columns, source, side), ""
+            raise InputError(near, f"column {c}", "values that can be read", said(exc, with_type=True)) from exc
+    return frame(values, source, near), ""
 
 
 def _trace(dispatches: Any, info: dict[str, Any], path: Path) -> Trace:
-    from perflib.traces import schema  # late: not at `import perflib.traces` (module docstring)
-
     source = info.get("source", "perflib-parquet")
     meta = dict(info.get("meta") or {})
     meta["original_path"] = info.get("path")
     meta["cut"] = info.get("cut")
-    api, why = _api(path, info, source)
-    if why:
-        meta["api_note"] = why
-    return Trace(dispatches=dispatches, api=api, markers=schema.empty_markers(source),
+    tables = {}
+    for side in SIDES:
+        tables[side.key], why = _side(path, info, source, side.key)
+        if why:
+            meta[side.note] = why
+    return Trace(dispatches=dispatches, api=tables["api"], markers=tables["markers"],
                  clock=info.get("clock", "unknown"), source=source, path=str(path), meta=meta)
 
 
 def companion_files(path: str | Path) -> list[Path]:
-    """The files a read of `path` reads besides it: a cut's host API calls (`api_path`), where its
-    metadata names them. What keys a stored attribution of the cut (`perflib.runcache`)."""
+    """The files a read of `path` reads besides it: a cut's host API calls (`api_path`) and its ranges
+    and marks (`markers_path`), where its metadata names them. What keys a stored attribution of the cut
+    (`perflib.runcache`)."""
     import pyarrow.parquet as pq  # late: not at `import perflib.traces` (module docstring)
 
     path = Path(path)
@@ -315,12 +407,14 @@ def companion_files(path: str | Path) -> list[Path]:
         return []
     try:
         raw = (pq.read_schema(path).metadata or {}).get(_META_KEY)
-        described = json.loads(raw).get("api") if raw else None
+        info = json.loads(raw) if raw else {}
     except Exception:  # noqa: BLE001 - not a cut that can be read: the read itself names the fault
         return []
-    if not isinstance(described, dict) or not _api_described(described) or described["file"] is None:
+    if not isinstance(info, dict):
         return []
-    return [path.with_name(described["file"])]
+    described = [info.get(side.key) for side in SIDES]
+    return [path.with_name(d["file"]) for d in described
+            if isinstance(d, dict) and _side_described(d) and d["file"] is not None]
 
 
 def read(path: str | Path, mode: ReadMode = ReadMode.FULL) -> Trace:

@@ -9,8 +9,13 @@ register counts, `sig`, `obj`), any counters, `DispatchNs`, `BeginNs`, `EndNs`, 
 prints it (`"void foo<float>(float*) [clone .kd]"`): the quotes and the `.kd` suffix are dropped here, as
 the CSV reader drops them. `gpu-id` is the device and `queue-id` the queue; the file has no stream and no
 correlation id. With `--hip-trace`/`--hsa-trace` it also holds `HIP`, `HSA`, `COPY`, `OPS` and `rocTX`
-tables, which this reader leaves (`meta["tables"]` names them). Opened read-only through
-`perflib.traces.sqlite.reading`.
+tables (`meta["tables"]` names them). The `HIP` table is read into the API table (what fills the host
+gaps): `tblextr.fill_api_db` creates it with the columns `BeginNs, EndNs, pid, tid, Name, args, Index,
+Data, __section, __lane` (`Name` and `args` `TEXT`, the rest `INTEGER` but `Data`), one row per line of
+`hip_api_trace.txt`, `Index` the call's correlation id, and `dform.post_process_data` adds `DurationNs`.
+The others are left: `HSA` carries a zero-length `hsa_dispatch` row per kernel beside its calls, `OPS` and
+`COPY` the activity of the HIP calls (with its own kernel names; the kernels here are `KERN`'s), and
+`rocTX` writes a mark as a 1 ns range. Opened read-only through `perflib.traces.sqlite.reading`.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ import sqlite3
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 
 from perflib.errors import InputError
 from perflib.traces import schema
@@ -108,9 +114,49 @@ def _read(con: sqlite3.Connection, path: Path, table: str, ids: bool) -> tuple[n
     return joined.pop("codes"), names.names, joined
 
 
+API_TABLE = "HIP"
+"""The table of HIP API calls `tblextr.py` fills from `hip_api_trace.txt` (`rocprof --hip-trace`)."""
+API_COLUMNS = {"name": "Name", "start_ns": "BeginNs", "end_ns": "EndNs", "pid": "pid", "tid": "tid",
+               "correlation_id": "Index"}
+"""API table column -> the HIP table's column (`tblextr.api_table_descr`)."""
+API_DOMAIN = "HIP_API"
+"""The domain of its calls, as legacy rocprof's `results.hip_stats.csv` and trace label it."""
+
+
+def _api(con: sqlite3.Connection, path: Path, tables: set[str] | frozenset[str]) -> pd.DataFrame:
+    """The `HIP` table's calls as the API table (empty where there is none), fetched `CHUNK` rows at a
+    time; a table without its times or names is an `InputError` naming its columns."""
+    if API_TABLE not in tables:
+        return schema.empty_api(SOURCE)
+    cols = columns(con, API_TABLE, path)
+    missing = [c for c in API_COLUMNS.values() if c not in cols and c != "Index"]
+    if missing:
+        raise InputError(path, f"table {API_TABLE}", "the columns tblextr.py writes (BeginNs, EndNs, pid, tid, "
+                         "Name, args, Index, ...)", "columns " + ", ".join(cols))
+    wanted = {k: c for k, c in API_COLUMNS.items() if c in cols}
+    select = ", ".join(f'"{c}"' for c in wanted.values())
+    parts: dict[str, list] = {k: [] for k in wanted}
+    done = 0
+    try:
+        cursor = con.execute(f'SELECT {select} FROM "{API_TABLE}" ORDER BY "BeginNs"')
+        while rows := cursor.fetchmany(CHUNK):
+            chunk = list(zip(*rows, strict=True))
+            for i, (key, col) in enumerate(wanted.items()):
+                parts[key].append(np.array([clean_name(v) for v in chunk[i]], dtype=object) if key == "name"
+                                  else _ints(chunk[i], path, API_TABLE, col, key in ("start_ns", "end_ns"), done))
+            done += len(rows)
+    except ERRORS as exc:
+        raise InputError(path, f"table {API_TABLE}", "a readable legacy rocprof HIP API table", said(exc)) from exc
+    data: dict[str, object] = {k: np.concatenate(v) if v else np.zeros(0, dtype=object if k == "name" else np.int64)
+                               for k, v in parts.items()}
+    data["domain"] = API_DOMAIN
+    return schema.api_frame(data, SOURCE, path, lambda i: f"table {API_TABLE}, row {i + 1}")
+
+
 def read_results_db(path: Path, mode: ReadMode = ReadMode.FULL) -> Trace:
-    """A legacy rocprof `results.db` -> Trace of its kernel dispatches (no API or marker tables read); a
-    lean `mode`: the lean table (LEAN_IDS: with device and queue), from the same one pass."""
+    """A legacy rocprof `results.db` -> Trace of its kernel dispatches and, where rocprof traced them, its
+    HIP API calls (no marker table read); a lean `mode`: the lean table (LEAN_IDS: with device and queue),
+    from the same one pass, and the same API calls."""
     path = Path(path)
     try:
         with reading(path) as con:
@@ -120,6 +166,7 @@ def read_results_db(path: Path, mode: ReadMode = ReadMode.FULL) -> Trace:
                 raise InputError(path, "sqlite_master", "a legacy rocprof kernel table (KERN, or A before 2021)",
                                  "tables " + (", ".join(sorted(tables)[:12]) or "none"))
             codes, names, cols = _read(con, path, table, ids=not mode.lean or mode.ids)
+            api = _api(con, path, tables)
             opened = con.open_note or "mode=ro"
     except ERRORS as exc:  # a damaged page met anywhere in the file
         raise InputError(path, None, "a readable SQLite database", said(exc)) from exc
@@ -137,5 +184,4 @@ def read_results_db(path: Path, mode: ReadMode = ReadMode.FULL) -> Trace:
             "sqlite_open": opened}
     if mode.lean:
         meta["lean"] = True
-    return Trace(dispatches, schema.empty_api(SOURCE), schema.empty_markers(SOURCE), ROCPROF_CLOCK, SOURCE, str(path),
-                 meta)
+    return Trace(dispatches, api, schema.empty_markers(SOURCE), ROCPROF_CLOCK, SOURCE, str(path), meta)

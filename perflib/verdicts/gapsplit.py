@@ -4,8 +4,11 @@ as medians over the repeats whose capture held host API calls, and the sentences
 The measurements `launch_share`, `sync_share`, `other_api_share` and `host_compute_share`
 (`perflib.verdicts.measures`) and the host-gap candidate's evidence read them from here. A part's
 share is of the step (the window: part ms / window ms, the same for a whole window and per step);
-the sentence also gives its share of the host gap. Where no repeat's capture held API calls, the
-split is not measured and `note` says why (the capture's format, a cut made before perflib kept them).
+the sentence also gives its share of the host gap. Where the engine names its steps' phases, the split
+is over the decode steps' periods alone (the `decode_*` columns), as the decode-only gap share is: a
+decode-step figure never averages prefill steps in (DESIGN.md); a capture with no decode step has no
+decode split (`no_decode`). Where no repeat's capture held API calls, the split is not measured and `note`
+says why (the capture's format, a cut made before perflib kept them).
 """
 
 from __future__ import annotations
@@ -50,14 +53,19 @@ class Split:
     """Each part's share of the host gap."""
     note: str = ""
     """Why no repeat measured it ('' where some did)."""
+    decode: bool = False
+    """Over the decode steps alone (the engine names its steps' phases)."""
+    no_decode: bool = False
+    """The engine names its steps' phases and none is a decode step: there is no decode split."""
 
     def per_step(self, ms: float | None) -> float | None:
         return None if ms is None or not self.steps else ms / self.steps
 
     def sentence(self, part: str) -> str:
         """'launch 2.10 of 19.50 ms per step (10.8% of the step, 12.9% of its 16.30 ms host gap),
-        median of 3' (over the window where there is no step count)."""
-        where = "per step" if self.steps else "in the window"
+        median of 3' (over the window where there is no step count; 'per decode step' over the decode
+        steps alone)."""
+        where = ("per decode step" if self.decode else "per step") if self.steps else "in the window"
         scale = (lambda ms: self.per_step(ms)) if self.steps else (lambda ms: ms)
         step_ms, gap_ms = scale(self.window_ms), scale(self.gap_ms)
         share, of_gap = self.step_share.get(part), self.gap_share.get(part)
@@ -74,16 +82,39 @@ class Split:
         return " = " + " + ".join(f"{LABELS[p]} {scale(self.ms[p]):.1f}" for p in PARTS) + " ms"
 
 
+DECODE_FIGURES = {"window_ms": "decode_window_ms", "gap_ms": "decode_gap_ms", "steps": "decode_steps",
+                  **{f"{p}_ms": f"decode_{p}_ms" for p in PARTS}}
+"""A `host_gaps` row's figures and the columns of the decode steps' periods that replace them where the
+engine names its steps' phases (`perflib.attribution.hostgaps.DECODE_ROW_COLUMNS`)."""
+
+
+def _decode_rows(rows: pd.DataFrame) -> tuple[pd.DataFrame, bool, bool]:
+    """(the rows with their decode figures in place of the window's, over the decode steps; whether the
+    steps have phases; whether some row has a decode step). Rows whose steps have no phase are as given."""
+    steps = pd.to_numeric(rows["decode_steps"], errors="coerce") if "decode_steps" in rows.columns else None
+    if steps is None or steps.isna().all():
+        return rows, False, True
+    mine = rows[steps > 0]
+    if not len(mine):
+        return mine, True, False
+    return mine.assign(**{k: mine[c] for k, c in DECODE_FIGURES.items() if c in mine.columns}), True, True
+
+
 def split_of(rows: pd.DataFrame | None) -> Split | None:
-    """The split of the `host_gaps` rows of one scope (already selected), or None where there are none."""
+    """The split of the `host_gaps` rows of one scope (already selected), or None where there are none:
+    over the decode steps alone where the engine names its steps' phases."""
     if rows is None or not len(rows):
         return None
+    rows, decode, any_decode = _decode_rows(rows)
+    if not any_decode:
+        return Split(0, 0, note="no decode step in the traces", decode=True, no_decode=True)
     ms = {p: pd.to_numeric(rows.get(f"{p}_ms"), errors="coerce") for p in PARTS} if all(
         f"{p}_ms" in rows.columns for p in PARTS) else None
     done = rows[ms["launch"].notna()] if ms is not None else rows.iloc[0:0]
     if not len(done):
         notes = [str(n) for n in rows.get("note", pd.Series(dtype=object)).tolist() if isinstance(n, str) and n]
-        return Split(len(rows), 0, note=notes[0] if notes else "no host gaps split in the derived tables")
+        return Split(len(rows), 0, note=notes[0] if notes else "no host gaps split in the derived tables",
+                     decode=decode)
     window = pd.to_numeric(done["window_ms"], errors="coerce")
     gap = pd.to_numeric(done["gap_ms"], errors="coerce")
     part_ms = {p: pd.to_numeric(done[f"{p}_ms"], errors="coerce") for p in PARTS}
@@ -93,4 +124,5 @@ def split_of(rows: pd.DataFrame | None) -> Split | None:
         ms={p: _median(v) for p, v in part_ms.items()},
         step_share={p: _median(v / window.where(window > 0)) for p, v in part_ms.items()},
         gap_share={p: _median(v / gap.where(gap > 0)) for p, v in part_ms.items()},
+        decode=decode,
     )

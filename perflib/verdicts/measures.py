@@ -250,25 +250,37 @@ def _guess(trace_runs: pd.DataFrame) -> str:
 
 
 def _class_sum(tables: DerivedTables, scope: Scope, batch: int | None = None) -> dict[str, float] | None:
-    """Per-repeat sums over `scope.classes` of time_ms, count and ms_per_step, then medians."""
+    """Per-repeat sums over `scope.classes` of time_ms, count and ms_per_step, then medians: over the decode
+    steps alone (their kernel time, dispatches, summed period and count) where the engine names its steps'
+    phases, a repeat without a decode step left out; None where no repeat is left."""
     runs = _select(tables.trace_runs, scope, batch)
     if runs is None or not len(runs):
         return None
     cls = _select(tables.classes, scope, batch)
     wanted = set(scope.classes)
-    sums = []
+    sums, shown = [], []
     for _, run in runs.iterrows():
         rows = cls[(cls["arm"].astype(str) == str(run["arm"])) & (cls["backend"].astype(str) == str(run["backend"]))
                    & (cls["batch"].astype(str) == str(run["batch"])) & (cls["context"].astype(str) == str(run["context"]))
                    & (cls["repeat"].astype(str) == str(run["repeat"]))] if len(cls) else cls
         mine = rows[rows["kernel_class"].astype(str).isin(wanted)] if len(rows) else rows
-        time_ms = float(pd.to_numeric(mine["time_ms"], errors="coerce").fillna(0).sum()) if len(mine) else 0.0
-        count = float(pd.to_numeric(mine["count"], errors="coerce").fillna(0).sum()) if len(mine) else 0.0
-        steps = _num(run.get("steps"))
-        sums.append({"time_ms": time_ms, "count": count, "window_ms": _num(run.get("window_ms")),
+        decode, steps = _num(run.get("decode_steps")), _num(run.get("steps"))
+        if decode == 0:  # the steps have phases and none decodes: no decode figure
+            continue
+        time_col, count_col, window = (("decode_time_ms", "decode_count", _num(run.get("decode_window_ms")))
+                                       if decode is not None else ("time_ms", "count", _num(run.get("window_ms"))))
+        time_ms, count = (float(pd.to_numeric(mine.get(c), errors="coerce").fillna(0).sum()) if len(mine) else 0.0
+                          for c in (time_col, count_col))
+        if decode is not None:
+            shown.append(f" (decode steps only: {decode:.0f} of {steps:.0f} steps)" if steps and steps != decode else "")
+            steps = decode
+        sums.append({"time_ms": time_ms, "count": count, "window_ms": window,
                      "ms_per_step": time_ms / steps if steps else None, "steps": steps})
+    if not sums:
+        return None
     frame = pd.DataFrame(sums)
-    return {**{col: _median(frame, col)[0] for col in frame.columns}, "guess": _guess(runs)}
+    return {**{col: _median(frame, col)[0] for col in frame.columns}, "decode": bool(shown),
+            "guess": shown[0] if shown else _guess(runs)}
 
 
 UNCLASSIFIED_MAX = 0.01
@@ -393,7 +405,7 @@ def gap_share(tables: DerivedTables, scope: Scope) -> Measured:
 def _gap_part(tables: DerivedTables, scope: Scope, part: str) -> Measured:
     """One part of the host gap as a share of the step (`gapsplit`), or why it was not measured."""
     split = gapsplit.split_of(_select(tables.host_gaps, scope))
-    if split is None:
+    if split is None or split.no_decode:  # no_decode: the trace rows' phase note says so (`_no_trace`)
         return _no_trace(tables, scope)
     if not split.measured:
         return Measured(None, "", split.note)
@@ -453,7 +465,7 @@ def gap_scaling(tables: DerivedTables, scope: Scope) -> Measured:
 @measurement("class_share", unit="fraction", trace=True)
 @_named_classes
 def class_share(tables: DerivedTables, scope: Scope) -> Measured:
-    """Time of the named kernel classes as a share of the trace window."""
+    """Time of the named kernel classes as a share of the trace window (of its decode steps, where the engine names phases)."""
     sums = _class_sum(tables, scope)
     if sums is None or not sums.get("window_ms"):
         return _no_trace(tables, scope)
@@ -462,8 +474,10 @@ def class_share(tables: DerivedTables, scope: Scope) -> Measured:
     if not sums["time_ms"]:  # absent: say what ran instead
         top = _top_class(tables, scope)
         instead = f"; the largest class is {top}" if top else ""
+    where = "the decode steps" if sums["decode"] else "the window"
     return Measured(value, f"{_classes_label(scope)} {sums['time_ms']:.1f} of {sums['window_ms']:.1f} ms "
-                           f"in the window ({_pct(value)}, {sums['count']:.0f} dispatches{instead})")
+                           f"in {where} ({_pct(value)}, {sums['count']:.0f} dispatches{instead})"
+                           + (sums["guess"] if sums["decode"] else ""))
 
 
 def _top_class(tables: DerivedTables, scope: Scope) -> str | None:

@@ -198,3 +198,27 @@ def test_no_api_calls_is_not_measured_with_why_never_zeros(tmp_path: Path) -> No
     steps = attribution.summarize(old).step_table
     unmeasured = host_gaps(old, steps=steps)
     assert unmeasured.with_steps(steps)["launch_ms"].isna().all() and len(unmeasured.steps) == len(steps)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_the_split_over_given_periods_is_the_sweep_summed_over_them(seed: int) -> None:
+    """The decode steps' periods (`periods`): each part summed over them equals the sweep's over each
+    period, added up; the parts add up to their gap, and the window's and steps' split is unchanged."""
+    _, trace = stand_in(seed)
+    rng = np.random.default_rng(100 + seed)
+    bounds = np.sort(rng.choice(np.arange(1, 2000), 8, replace=False))
+    starts, ends = bounds[0::2], bounds[1::2]  # four periods, gaps between them
+    window = attribution.window_from_range(0, 2000)
+    steps = pd.DataFrame({"step": np.arange(1, 5), "start_ns": starts, "end_ns": ends})
+    split = host_gaps(trace, window, steps, periods=(starts, ends))
+    want = reference(trace, window, steps)[1:]
+    over = split.periods
+    assert over["steps"] == 4 and over["window_ns"] == int((ends - starts).sum())
+    assert over["gap_ns"] == sum(r["gap"] for r in want)
+    assert {p: over[f"{p}_ns"] for p in PARTS} == {p: sum(r[p] for r in want) for p in PARTS}
+    alone = host_gaps(trace, window, steps)
+    assert alone.periods is None and alone.to_dict() == split.to_dict()
+    row = split.row(2.0e-3, 4)
+    assert row["decode_steps"] == 4 and row["decode_gap_ms"] == pytest.approx(over["gap_ns"] / 1e6)
+    assert sum(row[f"decode_{p}_ms"] for p in PARTS) == pytest.approx(row["decode_gap_ms"], abs=1e-12)
+    assert all(np.isnan(alone.row()[c]) for c in attribution.HOST_GAP_DECODE_COLUMNS)

@@ -263,3 +263,43 @@ def test_public_sglang_trace_decode_pattern_over_its_span() -> None:
     assert s.busy_ms_per_step == pytest.approx(union_ns(every, *span) / 1e6, abs=1e-9)
     assert s.gap_ms_per_step == pytest.approx((span[1] - span[0] - union_ns(every, *span)) / 1e6, abs=1e-9)
     assert s.phase_note == "" and attr.summarize(trace).phases["phase"].tolist() == ["decode"]
+
+
+def test_phase_kernel_time_is_each_names_time_and_starts_inside_that_phases_periods() -> None:
+    """By hand: periods [0, 10) prefill, [10, 20) decode, [20, 30) prefill, [30, 40) decode; kernel 0 runs
+    [5, 15) and [32, 38), kernel 1 [18, 25), kernel 2 [21, 29) (in prefill only)."""
+    codes = np.array([0, 1, 2, 0])
+    s, e = np.array([5, 18, 21, 32]), np.array([15, 25, 29, 38])
+    lo, hi = np.array([0, 10, 20, 30]), np.array([10, 20, 30, 40])
+    names = np.array(["prefill", "decode", "prefill", "decode"], dtype=object)
+    ns, count = attr.phase_kernel_time(codes, 3, s, e, lo, hi, names)
+    assert ns.tolist() == [5 + 6, 2, 0] and count.tolist() == [1, 1, 0]  # kernel 0 started in prefill once
+    ns, count = attr.phase_kernel_time(codes, 3, s, e, lo, hi, names, phase="prefill")
+    assert ns.tolist() == [5, 5, 8] and count.tolist() == [1, 0, 1]
+
+
+def test_the_kernel_and_class_tables_carry_the_decode_steps_time(tmp_path: Path) -> None:
+    """Each kernel's time inside the decode steps' periods (each from the previous step's end), and its
+    dispatches starting there, computed here by a plain sweep over the capture's own kernels."""
+    path, every, step_spans, truth = write(tmp_path, SGLANG_MIX, seed=4)
+    trace = read_trace(path)
+    frame = trace.dispatches
+    window = attr.window_from_range(min(s for s, _ in step_spans), max(e for _, e in step_spans))
+    summary = attr.summarize(trace, window)
+    lo = [step_spans[0][0]] + [end for _, end in step_spans[:-1]]
+    periods = [(lo[k], step_spans[k][1]) for k, t in enumerate(truth) if t["name"] == SGLANG_DECODE]
+    kernels = summary.kernels.set_index("kernel")
+    for name, rows in frame.groupby(frame["kernel"].astype(str)):
+        inside = sum(max(0, min(e, b) - max(s, a)) for s, e in zip(rows["start_ns"], rows["end_ns"], strict=True)
+                     for a, b in periods)
+        starting = sum(1 for s in rows["start_ns"] for a, b in periods if a <= max(s, window.start_ns) < b)
+        assert kernels.loc[name, "decode_time_ms"] == pytest.approx(inside / 1e6, abs=1e-9), name
+        assert kernels.loc[name, "decode_count"] == starting
+        assert kernels.loc[name, "decode_ms_per_step"] == pytest.approx(inside / 1e6 / 8, abs=1e-9)
+    by_class = summary.kernels.groupby("kernel_class")[["decode_time_ms", "decode_count"]].sum()
+    classes = summary.classes.set_index("kernel_class")
+    assert np.allclose(classes.loc[by_class.index, "decode_time_ms"], by_class["decode_time_ms"], rtol=0, atol=1e-9)
+    assert (classes.loc[by_class.index, "decode_count"] == by_class["decode_count"]).all()
+    assert classes["decode_time_ms"].sum() < classes["time_ms"].sum() / 2  # the prefill steps' time is not in it
+    none = attr.summarize(trace, window, steps=16)  # a count: no phase, nothing measured
+    assert none.classes[attr.DECODE_KERNEL_COLUMNS].isna().all().all()

@@ -53,3 +53,32 @@ def test_help_explains_the_split(capsys) -> None:
         main(["trace", "summary", "--help"])
     text = " ".join(capsys.readouterr().out.split())
     assert "what fills the host gaps (JSON host_gaps)" in text and "the four add up to the gap" in text
+
+
+def test_where_the_engine_names_phases_the_decode_steps_figures_stand_beside(tmp_path, capsys) -> None:
+    """An SGLang capture (Kineto, its step ranges launching their kernels): the split and the class table
+    give the decode steps' own ms per step beside the all-steps figure; JSON carries the decode split."""
+    from synthetic import SGLANG_DECODE, SGLANG_EXTEND, engine_steps
+
+    from perflib.traces.writers import write_kineto_json
+
+    frame, events, _ = engine_steps([SGLANG_EXTEND, SGLANG_DECODE] * 4, seed=1)
+    path = write_kineto_json(frame, tmp_path / "sglang.json.gz", events=events)
+    assert main(["trace", "summary", str(path), "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    decode = next(p for p in out["phases"] if p["phase"] == "decode")
+    split = out["host_gaps"]["decode"]
+    assert split["decode_steps"] == 4 == decode["steps"]
+    assert split["decode_gap_ms"] == pytest.approx(decode["gap_ms"], abs=1e-9)
+    assert sum(split[f"decode_{p}_ms"] for p in attribution.HOST_GAP_PARTS) == pytest.approx(decode["gap_ms"])
+    gemm = next(c for c in out["classes"] if c["kernel_class"] == "gemm")
+    assert gemm["decode_ms_per_step"] == pytest.approx(gemm["decode_time_ms"] / 4) and gemm["decode_count"] == 80
+    assert main(["trace", "summary", str(path)]) == 0
+    text = capsys.readouterr().out
+    block = text.split("what fills the host gaps (", 1)[1].split("\n\n", 1)[0]
+    assert "ms/step (all steps)" in block and "decode ms/step" in block and "% of decode gap" in block
+    host = next(x for x in block.splitlines() if x.startswith("host compute"))
+    assert f"{split['decode_host_compute_ms'] / 4:.3f}" in host.split()
+    classes = text.split("kernel classes (", 1)[1].split("\n\n", 1)[0]
+    row = next(x for x in classes.splitlines() if x.startswith("gemm "))
+    assert f"{gemm['decode_ms_per_step']:.3f}" in row.split() and "decode ms/step" in classes

@@ -181,7 +181,7 @@ def test_a_failed_write_leaves_the_old_cut_and_no_temporary_file(lifetime, commi
     path, _ = lifetime
     before = snapshot(committed)
 
-    def half_then_fail(trace, out, start, end, api=None):  # noqa: ANN001
+    def half_then_fail(trace, out, start, end, **sides):  # noqa: ANN001, ANN003
         Path(out).write_bytes(b"PAR1 half a file")
         raise OSError(28, "No space left on device")
 

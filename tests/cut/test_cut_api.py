@@ -79,7 +79,7 @@ def test_a_failed_write_leaves_the_cut_and_its_api_calls_as_they_were(run: Path,
     before = {p.name: p.read_bytes() for p in run.iterdir() if p.is_file()}
     assert "trace.api.parquet" in before
 
-    def half_then_fail(trace, out, start, end, api=None):  # noqa: ANN001
+    def half_then_fail(trace, out, start, end, **sides):  # noqa: ANN001, ANN003
         Path(out).write_bytes(b"PAR1 half a file")
         raise OSError(28, "No space left on device")
 

@@ -12,6 +12,7 @@ import pytest
 from synthetic import SGLANG_DECODE, SGLANG_EXTEND, engine_steps, union_ns
 
 from perflib import derive
+from perflib.attribution import HOST_GAP_LABELS
 from perflib.campaign import load_campaign
 from perflib.cli import main
 from perflib.report import tables as tb
@@ -138,3 +139,88 @@ def test_a_step_marker_that_matches_nothing_leaves_the_trace_unattributed_and_sa
     assert len(tables.trace_runs) == 0
     why = [n for n in tables.notes if "step_marker /decode_step/: no step" in n]
     assert len(why) == 2 and all(f"{SGLANG_DECODE!r} (8)" in n for n in why)
+
+
+# ------------------------------------------------- decode-only figures wherever a decode step is shown
+
+
+def decode_class_ms(built: dict) -> dict[str, float]:
+    """Per kernel class, its kernel time inside the decode steps' periods (ns), by a plain sweep over the
+    capture's kernels; classes from the derived kernels table (what the class table called each kernel)."""
+    frame, truth = built["frame"], built["truth"]
+    spans = [(min(s for s, _ in t["kernels"]), max(e for _, e in t["kernels"])) for t in truth]
+    lo = [spans[0][0]] + [end for _, end in spans[:-1]]
+    periods = [(lo[k], spans[k][1]) for k, t in enumerate(truth) if t["name"] == SGLANG_DECODE]
+    kernels = built["tables"].kernels
+    of = dict(zip(kernels[kernels["context"] == 1024]["kernel"], kernels[kernels["context"] == 1024]["kernel_class"],
+                  strict=True))
+    out: dict[str, float] = {}
+    for name, s, e in zip(frame["kernel"].astype(str), frame["start_ns"], frame["end_ns"], strict=True):
+        out[of[name]] = out.get(of[name], 0) + sum(max(0, min(e, b) - max(s, a)) for a, b in periods)
+    return out
+
+
+def test_class_measurements_are_over_the_decode_steps(built: dict) -> None:
+    from perflib.verdicts.measures import MEASUREMENTS, Scope
+
+    tables, want = built["tables"], decode_class_ms(built)
+    period, _ = decode_figures(built["frame"], built["truth"])
+    scope = Scope(arm="engine", backend="sglang", batch=16, context=1024, classes=("gemm",))
+    per_step = MEASUREMENTS["class_ms_per_step"].func(tables, scope)
+    assert per_step.value == pytest.approx(want["gemm"] / 8 / 1e6, abs=1e-9)
+    assert "(decode steps only: 8 of 16 steps)" in per_step.text
+    share = MEASUREMENTS["class_share"].func(tables, scope)
+    assert share.value == pytest.approx(want["gemm"] / period, abs=1e-12) and "in the decode steps" in share.text
+    count = MEASUREMENTS["class_dispatches"].func(tables, scope)
+    assert count.value == int(tables.classes.query("context == 1024 and kernel_class == 'gemm'")["decode_count"].iloc[0])
+    whole = tables.classes.query("context == 1024 and kernel_class == 'gemm'")["ms_per_step"].iloc[0]
+    assert per_step.value < whole / 2  # the window's figure averages the ~28 ms prefill steps in
+    none = MEASUREMENTS["class_ms_per_step"].func(tables, Scope(arm="engine", backend="sglang", batch=16,
+                                                                context=4096, classes=("gemm",)))
+    assert none.value is None and "no decode step in this capture: 8 prefill steps" in none.why
+
+
+def test_the_host_gap_split_is_over_the_decode_steps_and_matches_the_gap_share(built: dict) -> None:
+    from perflib.attribution import HOST_GAP_PARTS
+    from perflib.verdicts.measures import MEASUREMENTS, Scope
+
+    tables = built["tables"]
+    hg = tables.host_gaps.set_index("context").loc[1024]
+    tr = tables.trace_runs.set_index("context").loc[1024]
+    period, busy = decode_figures(built["frame"], built["truth"])
+    assert hg["decode_steps"] == 8 and hg["decode_gap_ms"] == pytest.approx((period - busy) / 1e6, abs=1e-9)
+    assert sum(hg[f"decode_{p}_ms"] for p in HOST_GAP_PARTS) == pytest.approx(tr["decode_gap_ms"], abs=1e-9)
+    assert hg["decode_window_ms"] == pytest.approx(tr["decode_window_ms"], abs=1e-9)
+    scope = Scope(arm="engine", backend="sglang", batch=16, context=1024)
+    for part in HOST_GAP_PARTS:
+        got = MEASUREMENTS[f"{part}_share" if part != "host_compute" else "host_compute_share"].func(tables, scope)
+        assert got.value == pytest.approx(hg[f"decode_{part}_ms"] / hg["decode_window_ms"], abs=1e-12)
+        assert " per decode step " in got.text
+    page = built["page"]
+    line = next(x for x in page.splitlines() if x.startswith("| host-side work between kernels | arm engine")
+                and "context 1024 |" in x)
+    filled = " + ".join(f"{HOST_GAP_LABELS[p]} {hg[f'decode_{p}_ms'] / 8:.1f}" for p in HOST_GAP_PARTS)
+    assert f"(decode steps only: 8 of 16 steps) = {filled} ms" in line
+    extend = tables.host_gaps.set_index("context").loc[4096]
+    assert extend["decode_steps"] == 0 and pd.isna(extend["decode_gap_ms"])
+
+
+def test_the_pages_per_step_figures_are_the_decode_steps(built: dict) -> None:
+    page = built["page"]
+    period, busy = decode_figures(built["frame"], built["truth"])
+    level = page[page.index("## Per level"):page.index("## Profile")]
+    row = next(x for x in level.splitlines() if x.startswith("| engine | sglang | 16 | 1024 |"))
+    assert f"| {busy / 8 / 1e6:.2f} ms | {(period - busy) / 8 / 1e6:.2f} ms | {100 * busy / period:.1f}% |" in row
+    assert "GPU busy, host gap and busy share are those of its decode steps alone" in level
+    want = decode_class_ms(built)
+    profile = page[page.index("**Kernel classes**"):]
+    for name in ("gemm", "attention"):
+        cls = next(x for x in profile.splitlines() if x.startswith(f"| engine | sglang | 16 | 1024 | {name} |"))
+        assert f"| {want[name] / 8 / 1e6:.3f} ms |" in cls, cls
+    assert "of its decode steps alone" in profile.splitlines()[0]
+    split = page[page.index("**What fills the host gaps**"):page.index("**Kernel classes**")]
+    hg = built["tables"].host_gaps.set_index("context").loc[1024]
+    row = next(x for x in split.splitlines() if x.startswith("| engine | sglang | 16 | 1024 |"))
+    assert f"| {hg['decode_gap_ms'] / 8:.2f} ms |" in row and "over its decode steps alone" in split
+    assert "no decode step in this capture" in next(x for x in split.splitlines()
+                                                    if x.startswith("| engine | sglang | 16 | 4096 |"))

@@ -154,3 +154,66 @@ def test_the_registry_entry_is_after_the_other_sqlite_formats():
     names = list(FORMATS)
     assert names.index("rocpd") < names.index("rocprof-legacy-db") and names.index("nsys-sqlite") < names.index(
         "rocprof-legacy-db")
+
+
+HIP_TRACE = ("rocprofv3", "rocm6.2-docs", "hip_runtime_trace.csv")
+"""Real HIP runtime API records (ROCm 6.2 docs): what `rocprof --hip-trace` records, as legacy rocprof's
+`HIP` table holds them."""
+
+
+def _calls(api: pd.DataFrame) -> pd.DataFrame:
+    cols = ["name", "start_ns", "end_ns", "pid", "tid", "correlation_id"]
+    return api[cols].assign(name=api["name"].astype(str)).sort_values(["start_ns", "correlation_id"],
+                                                                     ignore_index=True, kind="stable")
+
+
+@pytest.mark.parametrize("table", ["KERN", "A"])
+def test_the_hip_table_reads_into_the_api_table_in_every_mode(tmp_path, table):
+    from perflib.traces.writers.rocprof_legacy_db import write_results_db
+
+    hip = read_trace(fixture(*HIP_TRACE)).api
+    kernels = read_trace(fixture(*LEGACY_CSV)).dispatches
+    db = write_results_db(kernels, tmp_path / "results.db", table, api=hip)
+    for mode in ReadMode:
+        got = read_trace(db, mode)
+        assert len(got.dispatches) == len(kernels) and len(got.api) == len(hip) > 0
+        pd.testing.assert_frame_equal(_calls(got.api), _calls(hip))
+        assert set(got.api["domain"].astype(str)) == {"HIP_API"} and set(got.api["source"].astype(str)) == {
+            "rocprof-legacy-db"}
+        assert list(got.api.columns) == list(schema.API_COLUMNS) and "HIP" in got.meta["tables"]
+    assert not len(read_trace(write_results_db(kernels, tmp_path / "plain.db", table)).api)
+
+
+def test_the_writers_hip_table_is_the_one_tblextr_makes(tmp_path):
+    """`tblextr.api_table_descr`'s columns and types, values stored as its regex groups make them
+    (integers through INTEGER affinity), then `DurationNs` added and computed."""
+    from perflib.traces.writers.rocprof_legacy_db import write_results_db
+
+    hip = read_trace(fixture(*HIP_TRACE)).api
+    db = write_results_db(read_trace(fixture(*LEGACY_CSV)).dispatches, tmp_path / "results.db", api=hip)
+    con = sqlite3.connect(db)
+    info = [(r[1], r[2]) for r in con.execute("PRAGMA table_info(HIP)")]
+    stored = con.execute('SELECT typeof("BeginNs"), typeof("pid"), typeof("Name"), typeof("Index"), '
+                         '"DurationNs" = "EndNs" - "BeginNs", "__section" FROM HIP LIMIT 1').fetchone()
+    con.close()
+    assert info == [("BeginNs", "INTEGER"), ("EndNs", "INTEGER"), ("pid", "INTEGER"), ("tid", "INTEGER"),
+                    ("Name", "TEXT"), ("args", "TEXT"), ("Index", "INTEGER"), ("Data", "TEXT"),
+                    ("__section", "INTEGER"), ("__lane", "INTEGER"), ("DurationNs", "INTEGER")]
+    assert list(stored) == ["integer", "integer", "text", "integer", 1, 2]
+
+
+def test_its_hip_calls_split_the_host_gaps(tmp_path):
+    """A `hipLaunchKernel` before each of the real run's kernels: the host gaps of its window are split,
+    the launching thread found by its launch calls (the kernel table carries no correlation id)."""
+    from perflib.attribution import host_gaps
+    from perflib.traces.writers.rocprof_legacy_db import write_results_db
+
+    kernels = read_trace(fixture(*LEGACY_CSV)).dispatches
+    starts = kernels["start_ns"].to_numpy()
+    launches = schema.api_frame({"name": ["hipLaunchKernel"] * len(starts), "start_ns": starts - 30_000,
+                                 "end_ns": starts - 25_000, "pid": 2046349, "tid": 2046349,
+                                 "correlation_id": range(1, len(starts) + 1), "domain": "HIP_API"}, "t", "t")
+    split = host_gaps(read_trace(write_results_db(kernels, tmp_path / "results.db", api=launches), ReadMode.LEAN))
+    assert split.measured and split.threads_by == "launch calls in the window" and split.threads == 1
+    assert split.calls["launch"] == len(starts) - 1 and split.launch_ns > 0  # the first is before the window
+    assert split.sync_ns + split.launch_ns + split.other_api_ns + split.host_compute_ns == split.gap_ns

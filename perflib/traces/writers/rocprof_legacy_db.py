@@ -3,7 +3,8 @@ the kernel table created with every column `INTEGER` but `KernelName` `TEXT`, on
 the values as the `results.txt` dispatch line gave them (numbers as integers, `sig` and `obj` as hex
 text, the name inside double quotes with its ` [clone .kd]`), then `DurationNs` added and computed
 (`dform.post_process_data`). `table="A"` writes the 2019-2021 layout (`vgpr, sgpr, fbar` in place of
-`arch_vgpr ... wave_size`)."""
+`arch_vgpr ... wave_size`). Given host API calls, the `HIP` table `tblextr.fill_api_db` makes of
+`hip_api_trace.txt` (`rocprof --hip-trace`) is written too, `DurationNs` added after as there."""
 
 from __future__ import annotations
 
@@ -38,10 +39,30 @@ def _row(table: str, index: int, name: str, device: int, queue: int, start: int,
     return [values[c] for c in COLUMNS[table]]
 
 
-def write_results_db(dispatches: pd.DataFrame, path: str | Path, table: str = "KERN") -> Path:
-    """The kernels of a dispatch table as a legacy rocprof `results.db` (its kernel table only, as
-    `rocprof --stats -o results.db` leaves it without API tracing). Copies are not written: legacy rocprof
-    keeps them in its `COPY` table only with `--hsa-trace`."""
+API_COLUMNS = (("BeginNs", "INTEGER"), ("EndNs", "INTEGER"), ("pid", "INTEGER"), ("tid", "INTEGER"),
+               ("Name", "TEXT"), ("args", "TEXT"), ("Index", "INTEGER"), ("Data", "TEXT"), ("__section", "INTEGER"),
+               ("__lane", "INTEGER"))
+"""The `HIP` table's columns and types in `tblextr.api_table_descr` order (before `DurationNs`)."""
+HIP_SECTION = 2
+"""`tblextr.HIP_PID`: the `__section` of every HIP call (its lane is its thread)."""
+
+
+def _api_rows(api: pd.DataFrame) -> list[list[object]]:
+    """One row per call as `tblextr.fill_api_db` inserts it: the regex groups of its line as text (times,
+    pid, tid: SQLite's INTEGER affinity stores them as integers), its name, its arguments as the reformatted
+    `( name(value) ...)` text, its correlation id (`Index`), no memory-copy data, section and lane."""
+    return [[str(int(s)), str(int(e)), str(int(p)), str(int(t)), str(n), f"( stream({int(t) % 4}) )",
+             int(c), "", HIP_SECTION, int(t)]
+            for n, s, e, p, t, c in zip(api["name"].astype(str), api["start_ns"], api["end_ns"], api["pid"],
+                                        api["tid"], api["correlation_id"], strict=True)]
+
+
+def write_results_db(dispatches: pd.DataFrame, path: str | Path, table: str = "KERN",
+                     api: pd.DataFrame | None = None) -> Path:
+    """The kernels of a dispatch table as a legacy rocprof `results.db` (its kernel table, as `rocprof
+    --stats -o results.db` leaves it without API tracing), and the `HIP` table of `api` where given (an API
+    table: `rocprof --stats --hip-trace`). Copies are not written: legacy rocprof keeps them in its `COPY`
+    table only with `--hsa-trace`."""
     if table not in COLUMNS:
         raise ValueError(f"table must be one of {', '.join(COLUMNS)}, not {table!r}")
     k = kernels(complete(dispatches)).sort_values("start_ns", kind="stable")
@@ -61,6 +82,13 @@ def write_results_db(dispatches: pd.DataFrame, path: str | Path, table: str = "K
         con.execute(f'ALTER TABLE {table} ADD COLUMN "DurationNs" INTEGER')
         con.execute(f"UPDATE {table} SET DurationNs = (EndNs - BeginNs);")
         con.commit()
+        if api is not None:
+            con.execute("CREATE TABLE HIP (" + ", ".join(f'"{c}" {t}' for c, t in API_COLUMNS) + ")")
+            fields = ",".join(f'"{c}"' for c, _ in API_COLUMNS)
+            con.executemany(f"INSERT INTO HIP({fields}) VALUES({','.join('?' * len(API_COLUMNS))});", _api_rows(api))
+            con.execute('ALTER TABLE HIP ADD COLUMN "DurationNs" INTEGER')
+            con.execute("UPDATE HIP SET DurationNs = (EndNs - BeginNs);")
+            con.commit()
     finally:
         con.close()
     return path
