@@ -32,7 +32,7 @@ COLUMNS: dict[str, list[str]] = {
                     "decode_steps", "decode_tokens", "own_step_share", "prefill_share", "other_share", "window_ms",
                     "trace_loss", "profiler_loss"],
     "trace_runs": KEYS + ["dispatches", "window_ms", "busy_ms", "gap_ms", "busy_share", "steps", "busy_ms_per_step",
-                          "gap_ms_per_step", "step_method", "steps_guessed"],
+                          "gap_ms_per_step", "step_method", "steps_guessed", "window", "window_why"],
     "classes": KEYS + ["kernel_class", "time_ms", "count", "ms_per_step", "share"],
     "kernels": KEYS + ["kernel", "kernel_class", "time_ms", "count", "ms_per_step", "share"],
     "gaps": KEYS + ["bucket", "gap_ms", "count"],
@@ -258,7 +258,8 @@ def _attributed_trace(campaign: Campaign, spec: Any, run: RunSpec, run_dir: Path
                                      "busy_share": summary.busy_share, "steps": summary.steps,
                                      "busy_ms_per_step": summary.busy_ms_per_step,
                                      "gap_ms_per_step": summary.gap_ms_per_step, "step_method": summary.step_method,
-                                     "steps_guessed": summary.steps_guessed}]),
+                                     "steps_guessed": summary.steps_guessed, "window": level.kind,
+                                     "window_why": level.why}]),
         "classes": summary.classes, "kernels": summary.kernels, "gaps": summary.gap_buckets,
         "steps": summary.step_table})
     runcache.save(folder, key, done)
