@@ -88,7 +88,7 @@ class CampaignView:
         return page_tables.floor_table(self.tables, self.campaign)
 
     def before_after(self) -> pd.DataFrame:
-        return page_tables.before_after_table(self.tables, [a.name for a in self.campaign.compared_arms])
+        return page_tables.before_after_table(self.tables, list(self.campaign.comparisons))
 
     def profile(self) -> pd.DataFrame:
         """Per traced level: steps, step ms, GPU busy and host gap ms per step."""

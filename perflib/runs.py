@@ -9,10 +9,17 @@ over repeats of each (batch, context).
 Definitions (docs/SCHEMA.md §4): the steady step is the median ITL while all N requests decode at
 once; the own-step share is (n − 1) × steady step / decode window; the prefill share is the part of
 the window that the union of the *other* requests' [start, first token] covers; the rest is "other".
+
+Where the client sees no window with every request decoding (`client_window`: long prefills staggered
+so that the first requests finish before the last starts decoding, or a stream that arrives in one
+chunk), the steady step and decode tok/s are n/a with that reason, the level's decode is measured
+from the server side (its counters; a trace's own steps over the run's decode span), and the row
+suggests the `decode_tokens` that would overlap the requests.
 """
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -33,6 +40,97 @@ BURST_ITL_MS = 0.1
 
 MAX_BURST_SHARE = 0.25
 """Above this share of burst ITLs the client did not see the steps (starved reader or writer)."""
+
+COALESCED_TOKENS_PER_CHUNK = 4.0
+"""Above this many completion tokens per token-carrying chunk (the median request's) the stream was
+coalesced: its chunks do not time the decode steps (a server or proxy that buffers, a starved client)."""
+
+ALL_DECODING, DECODE_SPAN, REQUEST_SPAN = "all requests decoding", "decode span", "request span"
+"""The windows a level's decode is read over: every request decoding (SERVERS.md §5.2); the run's decode
+span, first request's first token to last request's last token; the requests' span, first request sent
+to last token (a stream whose every token came at one instant)."""
+
+
+@dataclass(frozen=True)
+class ClientWindow:
+    """The window a level's decode is read over, from its request records (CLOCK_MONOTONIC ns): `kind`
+    (`ALL_DECODING`, `DECODE_SPAN`, `REQUEST_SPAN`), why the client's all-decoding window was not used
+    or does not time the steps ('' where it does), the stagger (the last first token after the first
+    request's last, ns) and the coalesced stream ('64 tokens in 1 chunk'), where seen."""
+
+    kind: str
+    start_ns: int
+    end_ns: int
+    why: str = ""
+    stagger_ns: int | None = None
+    coalesced: str = ""
+
+    @property
+    def client_steps(self) -> bool:
+        """Whether the client's chunks time the decode steps in this window."""
+        return self.kind == ALL_DECODING and not self.coalesced
+
+
+def _duration(ns: int) -> str:
+    return f"{ns / 1e9:.1f} s" if ns >= 1e9 else f"{ns / 1e6:.0f} ms"
+
+
+def _coalesced(records: Sequence[Mapping[str, Any]]) -> str:
+    """'64 tokens in 1 chunk' where the median request's stream carried more than
+    `COALESCED_TOKENS_PER_CHUNK` tokens per chunk, else ''."""
+    seen = []
+    for r in records:
+        tokens = r.get("completion_tokens") or len(r.get("chunk_ns") or [])
+        chunks = max(1, len(r.get("chunk_ns") or []))
+        if tokens > 1:
+            seen.append((tokens / chunks, tokens, chunks))
+    if not seen:
+        return ""
+    seen.sort()
+    ratio, tokens, chunks = seen[len(seen) // 2]
+    if ratio <= COALESCED_TOKENS_PER_CHUNK:
+        return ""
+    of = f" (the median of {len(seen)} requests)" if len(seen) > 1 else ""
+    return f"{tokens} tokens in {chunks} chunk{'s' if chunks != 1 else ''}{of}"
+
+
+def client_window(records: Sequence[Mapping[str, Any]]) -> ClientWindow | None:
+    """The window of a level's successful requests (those with a first and a last token; None where none
+    has): every request decoding where there is such a window, else the run's decode span (requests
+    staggered), else the requests' span; with why, in the words the page prints."""
+    ok = [r for r in records if r.get("first_token_ns") is not None and r.get("last_token_ns") is not None]
+    if not ok:
+        return None
+    lo, hi = max(int(r["first_token_ns"]) for r in ok), min(int(r["last_token_ns"]) for r in ok)
+    coalesced = _coalesced(ok)
+    why = f"stream coalesced: {coalesced}" if coalesced else ""
+    if hi > lo:
+        return ClientWindow(ALL_DECODING, lo, hi, why, coalesced=coalesced)
+    stagger = None
+    if len(ok) > 1 and not coalesced:
+        stagger = lo - hi
+        why = f"requests staggered: the last first token came {_duration(stagger)} after the first request finished"
+    first, last = min(int(r["first_token_ns"]) for r in ok), max(int(r["last_token_ns"]) for r in ok)
+    if last > first:
+        return ClientWindow(DECODE_SPAN, first, last, why, stagger, coalesced)
+    sent = min(int(r["start_ns"]) for r in ok if r.get("start_ns") is not None) if any(
+        r.get("start_ns") is not None for r in ok) else first
+    return ClientWindow(REQUEST_SPAN, sent, max(last, sent + 1), why + "; every token came at one instant, so "
+                        "the decode is read from the first request sent to the last token", stagger, coalesced)
+
+
+def overlap_decode_tokens(window: ClientWindow | None, step_ms: float | None, decode_tokens: Any) -> int | None:
+    """The `decode_tokens` that would give a window with every request decoding, for requests staggered by
+    `window.stagger_ns`: the first request must decode through the stagger at `step_ms` a token (the step
+    while the others prefill, e.g. the counter step), then `MIN_STEADY_SAMPLES` steps with all decoding.
+    None where the requests were not staggered or a figure is missing."""
+    if window is None or window.stagger_ns is None or not step_ms or step_ms <= 0:
+        return None
+    try:
+        asked = int(decode_tokens)
+    except (TypeError, ValueError):
+        return None
+    return asked + math.ceil(window.stagger_ns / 1e6 / step_ms) + MIN_STEADY_SAMPLES
 
 
 # --------------------------------------------------------------------------------------------
@@ -56,7 +154,8 @@ def steady_step(records: Sequence[Mapping[str, Any]], min_samples: int = MIN_STE
 
     Span = [last request's first token, first request's last token]: every request of the level
     is decoding. Samples = ITLs whose both chunk ends lie inside the span (from `chunk_ns`),
-    pooled over requests; the median of at least `min_samples` of them, else None with why.
+    pooled over requests; the median of at least `min_samples` of them, else None with why. Where
+    there is no such span, or the stream was coalesced (`client_window`), None with its why.
 
     When more than `MAX_BURST_SHARE` of the samples are under `BURST_ITL_MS`, the chunks reached
     the client in bursts (the client, or the server's HTTP writer, was starved of CPU while the
@@ -70,12 +169,11 @@ def steady_step(records: Sequence[Mapping[str, Any]], min_samples: int = MIN_STE
             return SteadyStep(None, 0, None, None,
                               f"request {rec.get('request_id')} produced no token, so all "
                               f"{len(records)} never decoded together")
-    span_start = max(int(r["first_token_ns"]) for r in records)
-    span_end = min(int(r["last_token_ns"]) for r in records)
-    if span_end <= span_start:
-        return SteadyStep(None, 0, span_start, span_end,
-                          "no span where all requests decode at once (a request finished before the last "
-                          "one produced its first token)")
+    window = client_window(records)
+    assert window is not None  # every record has its first and last token
+    if not window.client_steps:  # staggered or coalesced: the client's chunks do not time the steps
+        return SteadyStep(None, 0, window.start_ns, window.end_ns, window.why)
+    span_start, span_end = window.start_ns, window.end_ns
     samples: list[int] = []
     for rec in records:
         ts = rec.get("chunk_ns") or []
@@ -172,7 +270,8 @@ RUNS_COLUMNS = (
 EXTRA_COLUMNS = (
     "decode_tokens_requested", "timings_step_ms", "steady_step_samples", "steady_step_burst_share",
     "steady_step_reason", "overlap_share", "client_decode_tokens", "contended", "contention_why",
-    "metrics_available", "metrics_absent", "metrics_problem", "errors",
+    "metrics_available", "metrics_absent", "metrics_problem", "errors", "decode_tok_s_reason", "decode_window",
+    "decode_window_why", "suggested_decode_tokens",
 )
 """Columns `summarize_run` adds after the SCHEMA ones (an extension, not a change)."""
 
@@ -221,9 +320,35 @@ def summarize_run(run_dir: Path | str) -> dict[str, Any]:
     row.update(own_step_share=parts.own_step_share, prefill_share=parts.prefill_share,
                other_share=parts.other_share, overlap_share=parts.overlap_share, window_ms=parts.window_ms)
     row.update(_counter_figures(run_dir, manifest, records, row["errors"]))
+    row.update(_window_figures(ok, row))
     seen = manifest.get("contention") if isinstance(manifest.get("contention"), dict) else {}
     row.update(contended=bool(seen.get("contended")), contention_why=seen.get("why") or None)
     return row
+
+
+def _window_figures(ok: Sequence[Mapping[str, Any]], row: Mapping[str, Any]) -> dict[str, Any]:
+    """Which window the level's decode is read over and why (`client_window`); decode tok/s left n/a with
+    the stream's reason where it was coalesced, or why it is n/a; and, for staggered requests, the
+    `decode_tokens` that would overlap them (`overlap_decode_tokens`, at the counter step, else at the
+    first request to finish's own mean inter-token time)."""
+    window = client_window(ok)
+    out: dict[str, Any] = {"decode_window": window.kind if window else None,
+                           "decode_window_why": window.why if window else None, "suggested_decode_tokens": None,
+                           "decode_tok_s_reason": None}
+    if window is not None and window.coalesced:
+        out["decode_tok_s"] = None  # a chunk of many tokens times nothing: (n - 1) / ~0 s is not a rate
+        out["decode_tok_s_reason"] = f"{window.why}; the server's counters give the decode step"
+    elif row.get("decode_tok_s") is None:
+        out["decode_tok_s_reason"] = ("no successful request" if not ok else
+                                      "no request produced two tokens at two instants")
+    if window is not None and window.stagger_ns is not None:
+        step = row.get("decode_step_ms")
+        if not step:
+            first = min(ok, key=lambda r: int(r["last_token_ns"]))
+            n = int(first.get("completion_tokens") or len(first.get("chunk_ns") or []))
+            step = (int(first["last_token_ns"]) - int(first["first_token_ns"])) / 1e6 / (n - 1) if n > 1 else None
+        out["suggested_decode_tokens"] = overlap_decode_tokens(window, step, row.get("decode_tokens_requested"))
+    return out
 
 
 def _client_figures(ok: Sequence[Mapping[str, Any]]) -> dict[str, Any]:

@@ -3,9 +3,13 @@ so that every figure a test expects is derived from how the trace was built, not
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import numpy as np
 import pandas as pd
 
+from perflib.traces import write_trace_parquet
 from perflib.traces.trace import Trace
 
 
@@ -157,3 +161,154 @@ def union_ns(intervals: list[tuple[int, int]], lo: int, hi: int) -> int:
         else:
             run_end = max(run_end, e)
     return total + (0 if run_end is None else run_end - run_start)
+
+
+# ------------------------------------------------------------------------------ run folders
+
+MS = 1_000_000
+T0 = 50 * 10**9
+"""CLOCK_MONOTONIC ns at which a synthetic level starts."""
+REALTIME = 1_700_000_000 * 10**9
+"""realtime − monotonic of a synthetic run folder's clocks."""
+
+
+def requests_of(first_token_ms: list[float], tokens: int, step_ms: float, start_ms: list[float] | None = None,
+                chunk_tokens: int = 1, t0: int = T0) -> list[dict]:
+    """Request records (docs/SCHEMA.md §2) of one level: request i sent at `start_ms[i]` (default 0), its first
+    token at `first_token_ms[i]`, then a token every `step_ms`, the tokens arriving `chunk_tokens` to a chunk
+    (64 to a chunk: a stream that arrives in one chunk, its first token time its last)."""
+    out = []
+    for i, first in enumerate(first_token_ms):
+        times = [t0 + int((first + k * step_ms) * MS) for k in range(tokens)]
+        chunks = [times[min(k + chunk_tokens, tokens) - 1] for k in range(0, tokens, chunk_tokens)]
+        start = t0 + int((start_ms[i] if start_ms else 0.0) * MS)
+        total = (chunks[-1] - chunks[0]) / 1e9
+        out.append({"request_id": f"r{i}", "batch": len(first_token_ms), "start_ns": start,
+                    "first_token_ns": chunks[0], "last_token_ns": chunks[-1], "end_ns": chunks[-1] + MS,
+                    "start_unix_ns": start + REALTIME, "ttft_ms": (chunks[0] - start) / MS,
+                    "e2e_ms": (chunks[-1] - start) / MS, "itl_ms": [(b - a) / MS for a, b in zip(chunks, chunks[1:], strict=False)],
+                    "chunk_ns": chunks, "completion_tokens": tokens,
+                    "decode_tok_s": (tokens - 1) / total if total > 0 else None, "status": 200, "ok": True,
+                    "error": None, "timings": None, "attempt": 1})
+    return out
+
+
+def llamacpp_metrics(tokens: int, predicted_s: float, decodes: int) -> str:
+    """llama-server's /metrics text with the counters SERVERS.md §5 reads (zero for the 'before' scrape)."""
+    return "".join(f"# TYPE llamacpp:{name} counter\nllamacpp:{name} {value}\n" for name, value in (
+        ("prompt_tokens_total", 0), ("prompt_seconds_total", 0), ("tokens_predicted_total", tokens),
+        ("tokens_predicted_seconds_total", predicted_s), ("n_decode_total", decodes))) + \
+        f"# TYPE llamacpp:n_busy_slots_per_decode gauge\nllamacpp:n_busy_slots_per_decode {1.0 if decodes else 0}\n"
+
+
+def write_run_folder(run_dir, *, campaign: str, arm: str, backend: str, context: int, repeat: int,
+                     decode_tokens: int, requests: list[dict], step_ms: float, trace: Trace | None = None) -> None:
+    """A complete run folder (docs/SCHEMA.md §2): manifest with the level's clocks (monotonic, boottime,
+    realtime), the request records, llama.cpp counters of the decode the server did (each request's n - 1
+    steps of `step_ms`, as llama.cpp times a slot's generation, whatever chunks the client saw), and
+    `trace.parquet` where given."""
+    run_dir = Path(run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    start = min(r["start_ns"] for r in requests) - 10 * MS
+    end = max(r["end_ns"] for r in requests) + 10 * MS
+    clocks = {k: {"monotonic_ns": t, "boottime_ns": t, "realtime_ns": t + REALTIME}
+              for k, t in (("start", start), ("end", end))}
+    manifest = {"schema": 1, "campaign": campaign, "arm": arm, "backend": backend, "batch": len(requests),
+                "context": context, "decode_tokens": decode_tokens, "repeat": repeat, "status": "complete",
+                "errors": [], "clocks": clocks, "metrics": {"dialect": "llamacpp"}}
+    if trace is not None:  # cut from a capture of the server's life, as `perflib.cut` records it
+        manifest.update(trace_path="trace.parquet", trace_cut={
+            "from": "capture", "source": trace.source, "clock": trace.clock, "start_ns": start - 50 * MS,
+            "end_ns": end + 50 * MS, "capture_start_ns": start - 60_000 * MS, "capture_end_ns": end + 60_000 * MS})
+    (run_dir / "manifest.json").write_text(json.dumps(manifest))
+    (run_dir / "requests.jsonl").write_text("".join(json.dumps(r) + "\n" for r in requests))
+    tokens = sum(r["completion_tokens"] for r in requests)
+    seconds = sum((r["completion_tokens"] - 1) * step_ms / 1e3 for r in requests)
+    steps = len({r["last_token_ns"] - int(k * step_ms * MS) for r in requests for k in range(r["completion_tokens"])})
+    (run_dir / "metrics_before.txt").write_text(llamacpp_metrics(0, 0.0, 0))
+    (run_dir / "metrics_after.txt").write_text(llamacpp_metrics(tokens, seconds, steps))
+    if trace is not None:
+        write_trace_parquet(trace, run_dir / "trace.parquet")
+
+
+LLAMA_CUDA_STEP = (
+    "void rms_norm_f32<1024, true, false, false>(float const*, float*, int, long, long, long, float)",
+    "quantize_q8_1(float const*, void*, long, long, long, long, long, unsigned int, uint3)",
+    "void mul_mat_vec_q<(ggml_type)2, 4, false, false, false>(void const*, void const*, int const*, float*)",
+    "void flash_attn_ext_f16<64, 64, 2, 4, false, false, false>(char const*, char const*, char const*, float*)",
+)
+"""Kernel names of one llama.cpp CUDA decode step, copied from the committed H200 traces (`data/raw/cuda-h200-fa`)."""
+
+
+def step_trace(starts_ns: list[int], busy_ns: int) -> Trace:
+    """A trace on CLOCK_MONOTONIC of decode steps starting at `starts_ns`: each the `LLAMA_CUDA_STEP` kernels
+    back to back, `busy_ns` in all, then idle (a host gap) until the next step."""
+    rows = []
+    each = busy_ns // len(LLAMA_CUDA_STEP)
+    for start in starts_ns:
+        for k, name in enumerate(LLAMA_CUDA_STEP):
+            rows.append((name, start + k * each, start + (k + 1) * each))
+    return trace_of(dispatch_frame(rows), clock="monotonic")
+
+
+SHAPES_STEP_MS = {"slots": 2.0, "unified": 1.8, "nographs": 3.0, "kvq": 2.0}
+"""The decode step (ms at batch 1) of each arm of `shapes_campaign`: unified 10% faster than slots, nographs
+50% slower, kvq the same (its repeats alone differ)."""
+SHAPES_PREFILL_MS = {1024: 40.0, 16384: 1100.0}
+"""One request's prefill (ms) at each context of `shapes_campaign`; the server prefills one request at a time."""
+SHAPES_JITTER = (0.98, 1.02)
+"""Repeat r's steps are this factor of the arm's step: the spread the intervals see."""
+
+
+def shapes_campaign(root, coalesced: bool = False) -> Path:
+    """The shape a user writes (issue 27): arms slots (the baseline), unified, nographs and kvq, a traced arm
+    `of: slots`, batch 1 and 4 at ~1K and ~16K, 64 decode tokens, 2 repeats, a `question:` naming ~16K and
+    batch 4, a gate on every pair. At ~16K the prefills (`SHAPES_PREFILL_MS`, one request after the other)
+    stagger the requests so that the first finishes long before the last starts decoding; at ~1K they
+    overlap. With `coalesced`, every stream arrives in one chunk. Returns the campaign file."""
+    root = Path(root)
+    tokens, batches, contexts, repeats = 64, (1, 4), (1024, 16384), 2
+    (root / "campaign.yaml").write_text(f"""\
+name: shapes
+question: Does other requests' prefill fill the decode window at ~16K with batch 4, and what does each variant change?
+model: {{name: synthetic, weight_bytes: 1000000000, kv_bytes_per_token: 10000}}
+backends:
+  - {{name: gpu, url: "http://127.0.0.1:9", dialect: llamacpp, kernel_classes: llamacpp-cuda, device: NVIDIA H200,
+     peak_bandwidth_gbs: 1000}}
+batches: {list(batches)}
+contexts: {list(contexts)}
+decode_tokens: {tokens}
+repeats: {repeats}
+baseline: slots
+arms:
+  - {{name: unified, description: one KV cache for all slots}}
+  - {{name: slots, description: the default}}
+  - {{name: nographs, description: no CUDA graphs}}
+  - {{name: kvq, description: quantized KV cache}}
+  - {{name: slots-traced, role: traced, of: slots, profiler: {{kind: cupti}}}}
+gate: {{measure: decode_step_ms, batch: 1, max_regression_pct: 5}}
+playbook: batched-decode
+candidates:
+  - {{id: step-change, label: decode step change, measure: change_pct, column: decode_step_ms, confirmed: "<= -5",
+     ruled_out: "> -2"}}
+data_dir: data
+reports_dir: reports
+""")
+    for arm, step in [*SHAPES_STEP_MS.items(), ("slots-traced", SHAPES_STEP_MS["slots"] * 1.1)]:
+        for context in contexts:
+            for batch in batches:
+                for repeat in range(1, repeats + 1):
+                    step_ms = step * SHAPES_JITTER[repeat - 1] * (1 + 0.25 * (batch - 1))
+                    prefill = SHAPES_PREFILL_MS[context]
+                    firsts = [prefill * (i + 1) for i in range(batch)]  # served one prefill after another
+                    records = requests_of(firsts, tokens, step_ms, chunk_tokens=tokens if coalesced else 1)
+                    trace = None
+                    if arm == "slots-traced":
+                        begin = T0 + int(firsts[0] * MS)
+                        span = int((firsts[-1] + tokens * step_ms) * MS) - int(firsts[0] * MS)
+                        starts = [begin + k * int(step_ms * MS) for k in range(span // int(step_ms * MS))]
+                        trace = step_trace(starts, int(step_ms * 0.6 * MS))
+                    write_run_folder(root / "data" / "raw" / "shapes" / arm / "gpu" / f"b{batch}_c{context}_r{repeat}",
+                                     campaign="shapes", arm=arm, backend="gpu", context=context, repeat=repeat,
+                                     decode_tokens=tokens, requests=records, step_ms=step_ms, trace=trace)
+    return root / "campaign.yaml"

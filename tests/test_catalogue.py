@@ -54,17 +54,17 @@ def test_every_registry_entry_is_on_the_page():
 
 
 def test_a_new_flag_on_a_measurement_is_a_column(catalogue, monkeypatch):
-    """A boolean field added to `Measurement` (say `rests_on_batch1`) becomes a column, set where true."""
+    """A boolean field added to `Measurement` (say `reads_the_api_table`, which none has) becomes a column, set where true."""
     base = type(next(iter(MEASUREMENTS.values())))
-    flagged = dataclasses.make_dataclass("Flagged", [("rests_on_batch1", bool, dataclasses.field(default=False))],
+    flagged = dataclasses.make_dataclass("Flagged", [("reads_the_api_table", bool, dataclasses.field(default=False))],
                                          bases=(base,), frozen=True)
     entries = {n: flagged(**{f.name: getattr(m, f.name) for f in dataclasses.fields(m)},
-                          rests_on_batch1=n == "step_ratio") for n, m in MEASUREMENTS.items()}
+                          reads_the_api_table=n == "step_ratio") for n, m in MEASUREMENTS.items()}
     monkeypatch.setattr(catalogue, "MEASUREMENTS", entries)
     text = catalogue.section_measurements()
     header = text.splitlines()[0]
-    assert "| rests_on_batch1 |" in header
-    column = header.strip("|").split("|").index(" rests_on_batch1 ")
+    assert "| reads_the_api_table |" in header
+    column = header.strip("|").split("|").index(" reads_the_api_table ")
     marked = [ln.strip("|").split("|")[0].strip() for ln in text.splitlines()[2:]
               if ln.startswith("| `") and ln.strip("|").split("|")[column].strip() == "yes"]
     assert marked == ["`step_ratio`"]

@@ -1,7 +1,8 @@
 """A run folder's window and step count, read the way the campaign page reads them.
 
 `profiler.window` of a campaign: `decode` (the default) is the SERVERS.md §5.2 window where every
-request decodes, with its steps counted from the request records; `level` is the level's clocks, with
+request decodes, with its steps counted from the request records (where the requests were staggered
+or the stream coalesced: the run's decode span, its steps the trace's own); `level` is the level's clocks, with
 the server's counters' step count where given; `steps` is the span of the trace's step ranges (a
 trace-only capture). `trace summary --manifest` reads a run folder as a `decode` campaign does, so its
 steps and per-step figures are the page's.
@@ -18,6 +19,7 @@ from perflib.attribution.markers import window_from_step_annotations
 from perflib.attribution.steps import StepCount
 from perflib.attribution.windows import Window, decode_window_from_run, window_from_manifest
 from perflib.errors import PerflibError
+from perflib.runs import ALL_DECODING
 
 RECORDS = "request records (decode window)"
 COUNTERS = "server counters (level window)"
@@ -25,10 +27,14 @@ COUNTERS = "server counters (level window)"
 
 @dataclass(frozen=True)
 class LevelWindow:
-    """The window to attribute and the steps counted for it outside the trace (None: none counted)."""
+    """The window to attribute and the steps counted for it outside the trace (None: none counted); `kind`
+    names the window (`decode window`, `decode span`, `request span`, `level`, `steps`) and `why` says why a
+    decode window is not the all-decoding one ('' where it is)."""
 
     window: Window
     count: StepCount | None
+    kind: str = "decode window"
+    why: str = ""
 
 
 def _count(value: Any, source: str) -> StepCount | None:
@@ -44,11 +50,12 @@ def run_window(trace: Any, run_dir: str | Path | None, mode: str = "decode", cou
     """The window of a run folder for `profiler.window` = `mode` (see the module); a missing run folder
     or manifest reads as `steps`. `counters`: the level's Δdecode_steps, used by `level`."""
     if mode == "steps" or run_dir is None or not (Path(run_dir) / rundir.MANIFEST).is_file():
-        return LevelWindow(window_from_step_annotations(trace, step_marker), None)
+        return LevelWindow(window_from_step_annotations(trace, step_marker), None, "steps")
     if mode == "level":
-        return LevelWindow(window_from_manifest(trace, run_dir), _count(counters, COUNTERS))
+        return LevelWindow(window_from_manifest(trace, run_dir), _count(counters, COUNTERS), "level")
     decode = decode_window_from_run(trace, run_dir)
-    return LevelWindow(decode.window, _count(decode.steps, RECORDS))
+    kind = "decode window" if decode.kind == ALL_DECODING else decode.kind
+    return LevelWindow(decode.window, _count(decode.steps, RECORDS), kind, decode.why)
 
 
 def manifest_window(trace: Any, path: str | Path) -> LevelWindow:
@@ -60,6 +67,6 @@ def manifest_window(trace: Any, path: str | Path) -> LevelWindow:
     if (run_dir / rundir.REQUESTS).is_file():
         try:
             return run_window(trace, run_dir, "decode")
-        except PerflibError:  # no window with every request decoding: the level is all there is
+        except PerflibError:  # no successful request: the level is all there is
             pass
-    return LevelWindow(window_from_manifest(trace, path), None)
+    return LevelWindow(window_from_manifest(trace, path), None, "level")

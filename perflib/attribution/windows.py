@@ -20,6 +20,7 @@ import pandas as pd
 from perflib import rundir, safeinput
 from perflib.clocks import CLOCK_KEYS
 from perflib.errors import PerflibError
+from perflib.runs import ALL_DECODING, DECODE_SPAN, REQUEST_SPAN, client_window
 
 DEFAULT_STEP_MARKER = r"^ProfilerStep\s*#\s*\d+"
 """Markers that delimit a step unless told otherwise (Kineto `ProfilerStep#N`)."""
@@ -159,10 +160,14 @@ def window_from_manifest(trace: Any, manifest: Mapping[str, Any] | str | Path) -
 
 @dataclass(frozen=True)
 class DecodeWindow:
-    """The all-decoding window of a level on the trace's clock, and the decode steps inside it."""
+    """A level's decode window on the trace's clock and the decode steps the client counted inside it
+    (None where its chunks do not time the steps: the trace's own steps then count them); `kind` is
+    `perflib.runs.client_window`'s, `why` says why it is not the all-decoding window ('' where it is)."""
 
     window: Window
     steps: int | None
+    kind: str = ALL_DECODING
+    why: str = ""
 
 
 def decode_window_from_run(trace: Any, run_dir: str | Path) -> DecodeWindow:
@@ -171,8 +176,11 @@ def decode_window_from_run(trace: Any, run_dir: str | Path) -> DecodeWindow:
     Request times are CLOCK_MONOTONIC; the level clocks in the manifest give the offset to whichever
     clock the trace uses (chosen as in `window_from_clocks`). Steps inside the window are counted from
     the client: the median, over requests, of token chunks that arrive inside it (one per decode step
-    while every request decodes). No such window (a request finished before the last one started
-    decoding, as at long context with large batches) is a `PerflibError` saying so.
+    while every request decodes). Where there is no such window (requests staggered: the first finished
+    before the last produced its first token) or the stream was coalesced, the window is the run's
+    decode span (or the requests' span) from `perflib.runs.client_window`, with no client step count: the
+    trace's own steps or rhythm count them, and `why` says which window and why. A run with no successful
+    request is a `PerflibError`.
     """
     run_dir = Path(run_dir)
     manifest = rundir.read_manifest(run_dir)
@@ -180,20 +188,22 @@ def decode_window_from_run(trace: Any, run_dir: str | Path) -> DecodeWindow:
     clocks = manifest["clocks"]
     offset = int(clocks["start"][CLOCK_KEYS[level.clock]]) - int(clocks["start"]["monotonic_ns"])
     path = run_dir / rundir.REQUESTS
-    records = [r for r in safeinput.read_jsonl(path)
-               if r.get("ok") and r.get("first_token_ns") is not None and r.get("last_token_ns") is not None]
-    if not records:
+    records = [r for r in safeinput.read_jsonl(path) if r.get("ok")]
+    seen = client_window(records)
+    if seen is None:
         raise PerflibError(f"{path}: no successful request with first and last token times")
-    lo = max(int(r["first_token_ns"]) for r in records)
-    hi = min(int(r["last_token_ns"]) for r in records)
-    if hi <= lo:
-        raise PerflibError(f"{run_dir.name}: no window with all {len(records)} requests decoding (a request "
-                           "finished before the last one produced its first token)")
-    counts = sorted(sum(1 for t in (r.get("chunk_ns") or []) if lo < int(t) <= hi) for r in records)
-    steps = counts[len(counts) // 2] if counts and counts[len(counts) // 2] > 0 else None
-    window = Window(lo + offset, hi + offset, f"decode window of {run_dir.name}: last first token → first last "
-                    f"token ({level.clock} clock)", level.clock)
-    return DecodeWindow(window, steps)
+    lo, hi = seen.start_ns, seen.end_ns
+    steps = None
+    if seen.client_steps:
+        counts = sorted(sum(1 for t in (r.get("chunk_ns") or []) if lo < int(t) <= hi) for r in records
+                        if r.get("first_token_ns") is not None and r.get("last_token_ns") is not None)
+        steps = counts[len(counts) // 2] if counts and counts[len(counts) // 2] > 0 else None
+    what = {ALL_DECODING: "decode window", DECODE_SPAN: "decode span", REQUEST_SPAN: "request span"}[seen.kind]
+    ends = {ALL_DECODING: "last first token → first last token", DECODE_SPAN: "first first token → last last token",
+            REQUEST_SPAN: "first request sent → last token"}[seen.kind]
+    label = f"{what} of {run_dir.name}: {ends} ({level.clock} clock)" + (f"; {seen.why}" if seen.why else "")
+    window = Window(lo + offset, hi + offset, label, level.clock)
+    return DecodeWindow(window, steps, seen.kind, seen.why)
 
 
 @dataclass(frozen=True)

@@ -205,7 +205,8 @@ def run(args: argparse.Namespace) -> int:
                           "claimed": [{"group": g, "holder": h} for g, h in result.claimed],
                           "orphans_stopped": list(result.orphans), "nothing_done": result.nothing_done,
                           "contended": list(result.contended), "kept_contended": list(result.kept_contended),
-                          "contention_wait_s": round(result.contention_wait_s, 1), "page": str(result.page) if result.page else None}))
+                          "contention_wait_s": round(result.contention_wait_s, 1), "page": str(result.page) if result.page else None,
+                          "answer": _answer(campaign) if result.page else None}))
     else:
         print(f"campaign {campaign.name}: {len(result.done)} runs measured, {len(result.skipped)} skipped "
               f"(complete), {len(result.failed)} failed, {len(result.partial)} partial (complete, trace lost or "
@@ -241,17 +242,22 @@ def report(args: argparse.Namespace) -> int:
     from perflib.campaign import export_notebook
     from perflib.report import write_report
     from perflib.report.sections import loss_lines
+    from perflib.verdicts import answer_dict
 
     campaign = _load(args)
     tables = derive.build_and_write(campaign)
     page = write_report(campaign, tables, pageinputs.build_and_write(campaign), date=args.date)
     exported = export_notebook(campaign) if args.notebook_export else None
     state = _run_states(campaign, tables)
+    answer = answer_dict(campaign, tables)
     if args.json:
         print(json.dumps({"campaign": campaign.name, "page": str(page), **state,
-                          "derived": str(campaign.derived_dir()), "notebook_export": str(exported) if exported else None}))
+                          "derived": str(campaign.derived_dir()), "notebook_export": str(exported) if exported else None,
+                          "answer": answer}))
     else:
         print(f"derived: {campaign.derived_dir()}")
+        for entry in answer["candidates"]:  # the page's first screen: each candidate across levels
+            print(f"  {entry['label']}: {entry['answer']}")
         print(f"runs: {state['runs_complete']} complete of {state['runs_total']}, {len(state['failed'])} failed, "
               f"{len(state['partial'])} partial (trace lost or cut short)")
         for line in loss_lines(tables.runs):  # the page's first screen, word for word
@@ -260,6 +266,15 @@ def report(args: argparse.Namespace) -> int:
         if exported:
             print(f"notebook export: {exported}")
     return 0
+
+
+def _answer(campaign) -> dict:  # noqa: ANN001 - Campaign (imported lazily)
+    """The page's answer as data (`perflib.verdicts.answer_dict`), from the derived tables the run wrote."""
+    # late: the tables and verdicts (pandas) load when a command runs, not at `perflib --help`
+    from perflib import derive
+    from perflib.verdicts import answer_dict
+
+    return answer_dict(campaign, derive.read(campaign.derived_dir()))
 
 
 def _plain(markdown: str) -> str:

@@ -201,14 +201,32 @@ def _check_servers(campaign: Campaign, path: Path, lines: Lines) -> None:
     compared = [a.name for a in campaign.arms if a.role == "compare"]
     for i, arm in enumerate(campaign.arms):
         _check_of(arm, i, compared, campaign, path, lines)
-        if arm.against is not None and (arm.against not in compared or arm.against == arm.name):
-            raise InputError(path, lines.where(f"arms[{i}].against"),
+        if arm.baseline is not None and (arm.baseline not in compared or arm.baseline == arm.name):
+            raise InputError(path, lines.where(f"arms[{i}].baseline"),
                              f"the name of another compared arm ({', '.join(n for n in compared if n != arm.name)})",
-                             repr(arm.against))
+                             repr(arm.baseline))
         for name in ("extra_args", "env"):
             _check_placeholders(getattr(arm, name), path, lines, f"arms[{i}].{name}")
         if arm.profiler is not None:
             _check_placeholders(arm.profiler.args, path, lines, f"arms[{i}].profiler.args", placeholders=False)
+
+
+def _check_baselines(campaign: Campaign, path: Path, lines: Lines) -> None:
+    """The campaign's `baseline:` names a compared arm, and no chain of arms' `baseline:` comes back to
+    where it started (each arm would then be the other's baseline)."""
+    compared = [a.name for a in campaign.compared_arms]
+    if campaign.baseline is not None and campaign.baseline not in compared:
+        raise InputError(path, lines.where("baseline"), f"the name of a compared arm ({', '.join(compared)})",
+                         repr(campaign.baseline))
+    for i, arm in enumerate(campaign.arms):
+        seen = [arm.name]
+        base = campaign.baseline_of(arm.name)
+        while base is not None and base not in seen:
+            seen.append(base)
+            base = campaign.baseline_of(base)
+        if base is not None:
+            raise InputError(path, lines.where(f"arms[{i}].baseline"), "baselines that do not come back round to "
+                             "the arm they start from", " -> ".join([*seen, base]))
 
 
 def _check_of(arm: Any, i: int, compared: list[str], campaign: Campaign, path: Path, lines: Lines) -> None:
@@ -347,6 +365,7 @@ def read_campaign(path: str | Path) -> Campaign:
     doc = doc if doc is not None else []
     campaign = build(Campaign, doc, Context(path, lines), path=Path(path).resolve(), lines=lines)
     _check_servers(campaign, path, lines)
+    _check_baselines(campaign, path, lines)
     _check_matrix(campaign, path, lines)
     _check_files(campaign, path, lines)
     _check_gates(campaign, path, lines)

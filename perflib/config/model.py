@@ -199,8 +199,9 @@ class ArmSpec:
     description: str = ""
     role: str = field(default="compare", metadata=key(choices=ARM_ROLES))
     of: str | None = None
-    against: str | None = None
-    """The compared arm this one is measured against on the page (default: the compared arm before it)."""
+    baseline: str | None = None
+    """The compared arm this one is measured against (before/after, gates, `change_pct`): default the
+    campaign's `baseline:`, else its first compared arm. Naming the arm before it makes a chain."""
     trace_note: str | None = None
 
 
@@ -232,7 +233,8 @@ class PageNote:
 
 @dataclass(frozen=True)
 class GateSpec:
-    """A regression gate: `measure` (a runs.csv column) of `arm` against `baseline` at one batch."""
+    """A regression gate: `measure` (a runs.csv column) of `arm` against `baseline` at one batch; without
+    `arm`, every compared arm against its own baseline (`Campaign.comparisons`)."""
 
     measure: str
     batch: int = field(metadata=key(check=positive))
@@ -357,7 +359,11 @@ class Campaign:
     description: str = ""
     question: str = ""
     """The question the page opens with, above the description (without it: the description opens the page;
-    without both, the playbook's generic question; `perflib.config.opening_question`)."""
+    without both, the playbook's generic question; `perflib.config.opening_question`). The levels it names
+    (`~16K`, `batch 4`) open each candidate's answer on the page (`perflib.config.question_levels`)."""
+    baseline: str | None = None
+    """The compared arm every other compared arm is measured against, unless it names its own `baseline:`
+    (default: the first compared arm)."""
     other_backends: tuple[str, ...] = ()
     other_backends_note: str = ""
     compare_with: tuple[ReferenceSpec, ...] = ()
@@ -375,11 +381,24 @@ class Campaign:
         return self.gate
 
     @property
+    def default_baseline(self) -> str:
+        """The compared arm the others are measured against: `baseline:`, else the first compared arm."""
+        return self.baseline or self.compared_arms[0].name
+
+    def baseline_of(self, arm: str) -> str | None:
+        """The arm `arm` is measured against: its own `baseline:`, else the campaign's; None for the
+        campaign's baseline itself (and for an arm that is not compared)."""
+        spec = next((a for a in self.compared_arms if a.name == arm), None)
+        if spec is None:
+            return None
+        base = spec.baseline or self.default_baseline
+        return None if base == arm else base
+
+    @property
     def comparisons(self) -> tuple[tuple[str, str], ...]:
-        """(baseline, arm) pairs of the before/after table: each compared arm against its `against`,
-        else against the compared arm before it (a chain of changes)."""
-        arms = self.compared_arms
-        return tuple((arm.against or prev.name, arm.name) for prev, arm in zip(arms, arms[1:], strict=False))
+        """(baseline, arm) pairs, in file order: each compared arm against its `baseline:`, else the
+        campaign's `baseline:`, else the first compared arm. A chain only where an arm asks for one."""
+        return tuple((base, arm.name) for arm in self.compared_arms if (base := self.baseline_of(arm.name)))
 
     @property
     def compared_arms(self) -> tuple[ArmSpec, ...]:

@@ -9,7 +9,7 @@ from typing import Any
 import pandas as pd
 
 from perflib.attribution import HOST_GAP_LABELS, HOST_GAP_PARTS
-from perflib.config import Campaign
+from perflib.config import Campaign, question_levels
 from perflib.derive import DerivedTables
 from perflib.pageinputs import Reference
 from perflib.report import tables as tb
@@ -38,42 +38,72 @@ def _change(value: Any) -> str:
     return "n/a" if value is None or value != value else f"{value:+.1f}%"
 
 
+def _interval(r: Any) -> str:
+    lo, hi = r.ci_low_pct, r.ci_high_pct
+    if lo is None or hi is None or lo != lo or hi != hi:
+        return "n/a"
+    return f"{lo:+.1f}% to {hi:+.1f}%"
+
+
 def before_after(tables: DerivedTables, campaign: Campaign, arms: Sequence[str], gates: Sequence[Any],
                  figure: dict | None) -> tuple[str, list[str]]:
-    """The before/after section and its headline lines (decode step change at the largest batch)."""
+    """The before/after section (every pair of arms, each level, means over the repeats with the change's
+    95% interval) and its headline lines (the decode step at the levels the question names, else at the
+    largest batch)."""
     frame = tb.before_after_table(tables, list(campaign.comparisons))
     rows = [{"backend": escape_md(r.backend), "batch": int(r.batch), "context": int(r.context),
-             "measure": escape_md(r.measure), "arms": f"{escape_md(r.baseline)} → {escape_md(r.arm)}",
+             "measure": escape_md(r.measure), "arms": f"{escape_md(r.arm)} vs {escape_md(r.baseline)}",
              "before": fmt(r.before, ".2f", _unit(r.measure)) if r.runs_before else _no_runs(r.baseline),
              "after": fmt(r.after, ".2f", _unit(r.measure)) if r.runs_after else _no_runs(r.arm),
-             "n": f"{r.runs_before} / {r.runs_after}", "change": _change(r.change_pct)}
+             "n": f"{r.runs_before} / {r.runs_after}", "change": _change(r.change_pct), "interval": _interval(r)}
             for r in frame.itertuples(index=False)]
     text, _ = table(rows, [Column("backend", "backend", keep=True), Column("batch", "batch", True),
                            Column("context", "context (tokens)", True), Column("measure", "measure"),
-                           Column("arms", "arms"), Column("before", "before", True), Column("after", "after", True),
-                           Column("n", "runs (before / after)"), Column("change", "change", True)])
-    headline = _headline(frame, max(campaign.batches))
+                           Column("arms", "arm vs baseline"), Column("before", "baseline", True),
+                           Column("after", "arm", True), Column("n", "repeats (baseline / arm)"),
+                           Column("change", "change", True), Column("interval", "95% interval", True)])
+    headline = _headline(frame, campaign)
     traced = _traced(tables, campaign)
-    gate_text = "\n".join(f"- Gate: {escape_md(g.gate)}: {escape_md(g.text)}: "
-                          f"{ {True: 'pass', False: 'FAIL', None: 'not measured'}[g.passed] }" for g in gates)
+    gate_text = "\n".join(f"- Gate: {escape_md(g.gate)}: {escape_md(g.text)}: {g.state}" for g in gates)
     if len(arms) < 2:  # nothing to compare: no section, unless a traced arm's overhead is there to show
         return (section("Before / after", after=traced) if traced else ""), []
-    pairs = ", ".join(f"{escape_md(b)} → {escape_md(a)}" for b, a in campaign.comparisons)
-    intro = f"Each compared arm against its baseline ({pairs}), per level: medians over the runs used."
+    pairs = ", ".join(f"{escape_md(a)} vs {escape_md(b)}" for b, a in campaign.comparisons)
+    intro = (f"Each compared arm against its baseline ({pairs}), per level: means over the repeats used, the change "
+             "of the mean and its 95% interval (Welch's t interval on the difference of the means, over the "
+             "baseline's mean; docs/reference/COMPARE.md). A gate passes or fails only where the whole interval "
+             "clears its limit.")
     return section("Before / after", intro, text, f"{len(rows)} comparisons", figure, join(traced, gate_text)), headline
 
 
-def _headline(frame: pd.DataFrame, batch: int) -> list[str]:
+def headline_levels(campaign: Campaign, frame: pd.DataFrame) -> list[tuple[int, int]]:
+    """(batch, context) levels the headline shows: those the question names (a named context at the
+    largest batch where it names no batch, a named batch at every context where it names no context),
+    else the largest batch at every context."""
+    contexts, batches = question_levels(campaign.question, campaign.batches, campaign.contexts)
+    have = sorted({(int(b), int(c)) for b, c in zip(frame["batch"], frame["context"], strict=False)})
+    largest = max(campaign.batches)
+    wanted = [(b, c) for c in (contexts or sorted(campaign.contexts)) for b in (batches or [largest])]
+    return [lv for lv in wanted if lv in have]
+
+
+def _headline(frame: pd.DataFrame, campaign: Campaign) -> list[str]:
     if not len(frame):
         return []
-    sel = frame[(frame["measure"] == "decode_step_ms") & (frame["batch"] == batch)]
     out = []
-    for r in sel.itertuples(index=False):
-        if r.change_pct is None or r.change_pct != r.change_pct:
-            continue
-        out.append(f"{escape_md(r.baseline)} → {escape_md(r.arm)}: decode step at batch {batch}, "
-                   f"context {int(r.context)}: {fmt(r.before, '.2f')} → {fmt(r.after, '.2f', ' ms')} "
-                   f"(**{r.change_pct:+.1f}%**)")
+    levels = headline_levels(campaign, frame)
+    step = frame[frame["measure"] == "decode_step_ms"]
+    for base, arm in campaign.comparisons:
+        for batch, context in levels:
+            sel = step[(step["baseline"] == base) & (step["arm"] == arm) & (step["batch"] == batch)
+                       & (step["context"] == context)]
+            for r in sel.itertuples(index=False):
+                if r.change_pct is None or r.change_pct != r.change_pct:
+                    continue
+                interval = _interval(r)
+                out.append(f"{escape_md(r.arm)} vs {escape_md(r.baseline)}: decode step at batch {batch}, "
+                           f"context {context}: {fmt(r.before, '.2f')} → {fmt(r.after, '.2f', ' ms')} "
+                           f"(**{r.change_pct:+.1f}%**, 95% interval "
+                           + (f"{interval})" if interval != "n/a" else "n/a: one repeat)"))
     return out
 
 
@@ -114,9 +144,10 @@ def per_level(tables: DerivedTables, level_checks: pd.DataFrame, occupancy: str,
         n = int(r.runs)
         c = checks.get((str(r.arm), str(r.backend), int(r.batch), int(r.context)))
         runs = f"{c.used} of {c.complete}" if c is not None and c.used != c.complete else str(n)
-        rows.append({**_keys(r), "runs": runs, "decode_tok_s": spread(r, "decode_tok_s", ".1f", " tok/s", n),
+        rows.append({**_keys(r), "runs": runs,
+                     "decode_tok_s": _why_na(spread(r, "decode_tok_s", ".1f", " tok/s", n), r, "decode_tok_s"),
                      "decode_step_ms": spread(r, "decode_step_ms", ".2f", " ms", n),
-                     "steady_step_ms": spread(r, "steady_step_ms", ".2f", " ms", n),
+                     "steady_step_ms": _why_na(spread(r, "steady_step_ms", ".2f", " ms", n), r, "steady_step"),
                      "occupancy": spread(r, "occupancy", ".2f", "", n),
                      "prefill_chunks": spread(r, "prefill_chunks", ".0f", "", n),
                      "ttft_ms": spread(r, "ttft_ms", ".1f", " ms", n), "busy": fmt(r.busy_ms_per_step, ".2f", " ms"),
@@ -134,6 +165,13 @@ def per_level(tables: DerivedTables, level_checks: pd.DataFrame, occupancy: str,
     after = join(absent, dropped_line(dropped, "no kernel trace, or a counter the server does not export"),
                  _levels_left_out(level_checks))
     return section("Per level", intro, text, f"{len(rows)} levels", figure, after)
+
+
+def _why_na(cell: str, row: Any, figure: str) -> str:
+    """An n/a cell with the reason its runs give (`steady_step_reason`, `decode_tok_s_reason`); a figure
+    is never n/a without one where a run said why."""
+    why = getattr(row, f"{figure}_reason", "") or ""
+    return f"n/a: {escape_md(why)}" if cell == "n/a" and isinstance(why, str) and why else cell
 
 
 def _levels_left_out(level_checks: pd.DataFrame) -> str:

@@ -295,7 +295,7 @@ def plot_before_after(tables: DerivedTables, arms: Sequence[str]) -> Plot | None
     fig.suptitle("Before / after (bars: median over repeats; whiskers: min to max)")
     _legend_below(fig, axes[0], len(arms))
     fig.alt = ("Two panels of grouped bars, one group per level (batch, context) and one bar per arm ("
-               + " → ".join(arms) + "): the decode step from the server's counters (ms) and the steady step "
+               + ", ".join(arms) + "): the decode step from the server's counters (ms) and the steady step "
                "seen by the client (ms), medians over repeats with whiskers from the fastest to the slowest "
                "repeat.")
     return fig

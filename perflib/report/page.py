@@ -245,7 +245,7 @@ def summary_markdown(campaign: Campaign, tables: DerivedTables, question: str, s
     level_checks = checks.level_checks(tables.runs, tables.trace_runs)
     headline = ev.before_after(tables, campaign, [a.name for a in campaign.compared_arms], gates, None)[1]
     return sec.summary(question, verdict_list, headline, gates, level_checks, sections, tables.runs,
-                       tables.trace_runs)
+                       tables.trace_runs, ctx)
 
 
 def build_page_data(campaign: Campaign, tables: DerivedTables, inputs: PageInputs, date: str,
@@ -259,7 +259,7 @@ def build_page_data(campaign: Campaign, tables: DerivedTables, inputs: PageInput
     before_after, headline = ev.before_after(tables, campaign, arms, gates, figures.get("before_after"))
     notes = _notes(tables, inputs)
     parts = {
-        "Verdicts": sec.verdict_section(verdict_list),
+        "Verdicts": sec.verdict_section(verdict_list, ctx),
         "Before / after": before_after,
         "Per level": ev.per_level(tables, level_checks, occupancy_caption(campaign, tables),
                                   _absent_line(campaign, tables), figures.get("batch_scaling")),
@@ -280,7 +280,7 @@ def build_page_data(campaign: Campaign, tables: DerivedTables, inputs: PageInput
         # the campaign's own question opens the page, above its description; a description opens it itself
         "question": f"**Question.** {escape_md(question)}" if question and source != "description" else "",
         "summary": sec.summary("", verdict_list, headline, gates, level_checks, present, tables.runs,
-                               tables.trace_runs),
+                               tables.trace_runs, ctx),
         "sections": [parts[name] for name in present] + [see_also_section(inputs)],
     }
 

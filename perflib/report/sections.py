@@ -1,8 +1,10 @@
 """The page's sections as Markdown, ordered from the answer to the evidence.
 
-The summary comes first and stays short: each candidate's verdict with its deciding number and
-where it was measured (one row per candidate, its scopes grouped), the before/after headline with
-its gates, what was not measured and why, and the levels that failed a check. Every later section
+The summary comes first and stays short: each candidate's answer across levels in one line, the
+levels the campaign's question names first, with the deciding numbers and thresholds
+(`perflib.verdicts.answer`), the before/after headline per pair of arms with its interval and the
+gates, what was not measured and why, which decode window was used where the client's was empty, and
+the levels that failed a check. Every later section
 puts its bulk in a collapsible block, leaves out columns that are n/a on every row (saying why),
 and leaves out tables with no rows. Medians carry their min–max over repeats, and the count of
 repeats where fewer than all had a value.
@@ -11,6 +13,7 @@ repeats where fewer than all had a value.
 from __future__ import annotations
 
 import ast
+import re
 from collections.abc import Sequence
 from typing import Any
 
@@ -18,7 +21,8 @@ import pandas as pd
 
 from perflib import verdicts as v
 from perflib.report.markdown import Column, details, join, table
-from perflib.report.text import escape_md, fmt, pct
+from perflib.report.text import escape_md, fmt
+from perflib.verdicts.answer import format_value, level_label, level_rank, levels_text
 
 ORDER = ("Verdicts", "Before / after", "Per level", "Checks", "Profile", "Decode-window decomposition",
          "Step over floor", "Cross-backend reference ratio", "Environment", "Notes", "Raw data")
@@ -48,86 +52,99 @@ def spread(row: Any, col: str, spec: str, unit: str = "", runs: int | None = Non
 # ------------------------------------------------------------------------------------------ summary
 
 
-def _short_value(verdict: v.Verdict) -> str:
-    unit = v.MEASUREMENTS[verdict.measure].unit if verdict.measure in v.MEASUREMENTS else "ratio"
-    value = verdict.value
-    if value is None:
-        return "n/a"
-    return {"fraction": pct(value), "pct": fmt(value, "+.1f", "%"), "ms": fmt(value, ".2f", " ms"),
-            "count": fmt(value, ".0f")}.get(unit, fmt(value, ".2f", "x"))
+def verdict_rows(answers: Sequence[v.Answer]) -> list[dict[str, str]]:
+    """One row per candidate measured somewhere: its answer across levels (`perflib.verdicts.answer`)."""
+    return [{"cause": escape_md(a.label), "answer": _bold_outcomes(escape_md(a.line))} for a in answers if a.measured]
 
 
-def _scope_parts(scope: str) -> dict[str, str]:
-    parts = {}
-    for piece in scope.split(", "):
-        key, _, value = piece.partition(" ")
-        if value:
-            parts[key] = value
-    return parts
-
-
-def _group(verdicts: Sequence[v.Verdict]) -> list[list[v.Verdict]]:
-    groups: dict[str, list[v.Verdict]] = {}
-    for verdict in verdicts:
-        groups.setdefault(verdict.candidate, []).append(verdict)
-    return list(groups.values())
-
-
-def verdict_rows(verdicts: Sequence[v.Verdict]) -> list[dict[str, str]]:
-    """One row per candidate: its outcome(s), the deciding number per scope, and where."""
-    rows = []
-    for group in _group(verdicts):
-        measured = [x for x in group if x.outcome != v.NOT_MEASURED]
-        if not measured:  # said once, in the summary's "Not measured" line
-            continue
-        scopes = [_scope_parts(x.scope) for x in group]
-        common = {k: val for k, val in scopes[0].items() if all(s.get(k) == val for s in scopes)}
-        outcomes = sorted({x.outcome for x in measured}, key=v.OUTCOMES.index)
-        label = " / ".join(f"**{o}**" for o in outcomes) if outcomes else v.NOT_MEASURED
-        numbers = []
-        for x, parts in zip(group, scopes, strict=True):
-            if x.outcome == v.NOT_MEASURED:
-                continue
-            own = " ".join(f"{val}" if k == "arm" else f"{k} {val}" for k, val in parts.items() if k not in common)
-            flag = " ⚠" if x.suspect else ""
-            numbers.append(f"{own + ': ' if own else ''}{_short_value(x)}" + (f" ({x.outcome})" if len(outcomes) > 1
-                                                                              else "") + flag)
-        threshold = next((x.threshold for x in measured if x.outcome == v.CONFIRMED), "")
-        rule = next((x.threshold for x in measured if x.outcome == v.RULED_OUT), "")
-        rules = "; ".join(t for t in (f"confirmed {threshold}" if threshold else "",
-                                      f"ruled out {rule}" if rule else "") if t)
-        rows.append({"cause": escape_md(group[0].label), "verdict": label,
-                     "number": escape_md("; ".join(numbers)) + (f" ({escape_md(rules)})" if rules else "")
-                     if numbers else escape_md(group[0].why or "n/a"),
-                     "where": escape_md(", ".join(f"{k} {val}" for k, val in common.items()) or "see Verdicts")})
-    return rows
+def _bold_outcomes(line: str) -> str:
+    """The outcome words of an answer line in bold: '**confirmed** at ~16K ...; **ruled out** at ~1K'."""
+    parts = []
+    for part in line.split("; "):
+        for outcome in v.OUTCOMES:
+            if part.startswith(outcome + " "):
+                part = f"**{outcome}**{part[len(outcome):]}"
+                break
+        parts.append(part)
+    return "; ".join(parts)
 
 
 def summary(question: str, verdicts: Sequence[v.Verdict], headline: Sequence[str], gates: Sequence[v.GateResult],
             level_checks: pd.DataFrame, sections: Sequence[str], runs: pd.DataFrame | None = None,
-            trace_runs: pd.DataFrame | None = None) -> str:
-    """Long: the page's opening: the question, a verdict per candidate, before/after and gates, what
-    was not measured, what was lost (`loss_lines` of `runs`), the checks, and the links to the sections."""
-    text, _ = table(verdict_rows(verdicts), [Column("cause", "cause", keep=True), Column("verdict", "verdict"),
-                                             Column("number", "deciding number"), Column("where", "where")])
+            trace_runs: pd.DataFrame | None = None, ctx: v.Context | None = None) -> str:
+    """Long: the page's opening: the question, each candidate's answer across levels (the question's levels
+    first), before/after per pair and gates, what was not measured, which decode window was used where it
+    was not the client's, what was lost (`loss_lines` of `runs`), the checks, and the links to the sections."""
+    ctx = ctx or v.Context(arms=(), backends=(), batches=(), contexts=())
+    text, _ = table(verdict_rows(v.answers(verdicts, ctx)),
+                    [Column("cause", "cause", keep=True), Column("answer", "answer per level (deciding numbers, "
+                                                                           "threshold)")])
     lines = [f"**Question.** {escape_md(question)}" if question else "",
              text or ("No candidate could be measured." if verdicts else "No candidates in this campaign.")]
     if any(x.suspect for x in verdicts):
         lines.append("⚠ rests on a level that failed a check or lost runs to contention: see [Checks](#checks).")
     bullets = [f"- **Before / after.** {h}" for h in headline]
-    bullets += [f"- **Gate.** {escape_md(g.gate)}: {escape_md(g.text)}: "
-                f"**{ {True: 'pass', False: 'FAIL', None: 'not measured'}[g.passed] }**" for g in gates]
-    by_why: dict[str, list[str]] = {}
-    for x in verdicts:  # every scope not measured, grouped by why (a why names the arm where it is the arm's)
-        if x.outcome == v.NOT_MEASURED and x.label not in by_why.get(x.why, []):
-            by_why.setdefault(x.why, []).append(x.label)
-    if by_why:
-        bullets.append("- **Not measured.** " + "; ".join(f"{escape_md(', '.join(labels))}: {escape_md(why)}"
-                                                        for why, labels in by_why.items()))
+    bullets += [f"- **Gate.** {escape_md(g.gate)}: {escape_md(g.text)}: **{g.state}**" for g in gates]
+    bullets += not_measured_lines(verdicts, ctx)
+    bullets += window_lines(runs)
     bullets += loss_lines(runs, trace_runs)
     bullets.append("- **Checks.** " + _checks_line(level_checks))
     links = " · ".join(f"[{s}](#{anchor(s)})" for s in sections)
     return join(*lines, "\n".join(bullets), f"Sections: {links}" if links else "")
+
+
+_LEVEL_WORDS = re.compile(r",? (?:batch|context) \d+\b")
+
+
+def not_measured_lines(verdicts: Sequence[v.Verdict], ctx: v.Context) -> list[str]:
+    """Every level not measured, grouped by why (a why names the arm where it is the arm's): the why once,
+    with the level it named taken out and the levels it holds at said after it."""
+    by_why: dict[str, tuple[list[str], set[tuple[str | None, int | None, int | None]]]] = {}
+    universe = {(x.backend, x.context, x.batch) for x in verdicts}
+    for x in verdicts:
+        if x.outcome != v.NOT_MEASURED:
+            continue
+        general = _LEVEL_WORDS.sub("", x.why)
+        labels, levels = by_why.setdefault(general, ([], set()))
+        if x.label not in labels:
+            labels.append(x.label)
+        if general != x.why:
+            levels.add((x.backend, x.context, x.batch))
+    if not by_why:
+        return []
+    parts = [f"{escape_md(', '.join(labels))}: {escape_md(why)}"
+             + (f" (at {escape_md(levels_text(levels, universe, ctx))})" if levels else "")
+             for why, (labels, levels) in by_why.items()]
+    return ["- **Not measured.** " + "; ".join(parts)]
+
+
+def window_lines(runs: pd.DataFrame | None) -> list[str]:
+    """The levels whose decode was measured over another window than the client's all-decoding one, and why
+    (`perflib.runs.client_window`: requests staggered, a coalesced stream), with the `decode_tokens` that
+    would overlap the requests: a fact about the workload, said on the first screen, never a lost trace."""
+    if runs is None or not len(runs) or "decode_window_why" not in runs.columns:
+        return []
+    used = runs[(runs["status"].astype(str) == "complete") & (_texts(runs, "decode_window_why") != "")]
+    if "left_out" in used.columns:
+        used = used[_texts(used, "left_out") == ""]
+    if not len(used):
+        return []
+    items = []
+    for (backend, batch, context), at in used.groupby(["backend", "batch", "context"], sort=True):
+        first = at.iloc[0]
+        suggested = pd.to_numeric(at["suggested_decode_tokens"], errors="coerce").dropna() \
+            if "suggested_decode_tokens" in at.columns else pd.Series(dtype=float)
+        more = f"; decode_tokens of {int(suggested.max()):,} or more would overlap them" if len(suggested) else ""
+        arms = ", ".join(escape_md(a) for a in dict.fromkeys(at["arm"].astype(str)))
+        items.append(f"{escape_md(backend)} b{int(batch)} c{int(context)} ({arms}; {len(at)} run"
+                     f"{'s' if len(at) != 1 else ''}): {escape_md(str(first['decode_window_why']))}{more}")
+    return ["- **Decode window.** No window with every request decoding at " + _some(items) + ". These levels' "
+            "decode is measured over the run's decode span from the server side (its counters; the trace's own "
+            "steps where traced); where other requests' prefill fills it, that is the interleaved-prefill answer."]
+
+
+def _texts(frame: pd.DataFrame, column: str) -> pd.Series:
+    return frame[column].map(_text) if column in frame.columns else pd.Series("", index=frame.index)
 
 
 SHOWN = 3
@@ -238,15 +255,37 @@ def section(title: str, intro: str = "", body: str = "", summary_line: str = "",
     return join(f"## {title}", content) if content else ""
 
 
-def verdict_section(verdicts: Sequence[v.Verdict]) -> str:
+def level_grid(verdicts: Sequence[v.Verdict], ctx: v.Context) -> str:
+    """Candidate x level: one row per candidate and arm (with its baseline), one column per level (the
+    question's first), each cell the outcome and its number."""
+    levels = sorted({(x.context, x.batch) for x in verdicts},
+                    key=lambda lv: (level_rank(ctx, lv[0], None)[0], lv[0] or 0, lv[1] or 0))
+    if not levels:
+        return ""
+    backends = len({x.backend for x in verdicts}) > 1
+    rows: dict[tuple[str, str, str], dict[str, str]] = {}
+    for x in verdicts:
+        key = (x.label, x.who + (f" on {x.backend}" if backends else ""), x.candidate)
+        row = rows.setdefault(key, {"cause": escape_md(x.label), "who": escape_md(key[1])})
+        cell = "n/m" if x.outcome == v.NOT_MEASURED else f"{x.outcome} {format_value(x.value, x.measure)}"
+        row[f"l{levels.index((x.context, x.batch))}"] = escape_md(cell) + (" ⚠" if x.suspect else "")
+    columns = [Column("cause", "candidate", keep=True), Column("who", "arm")]
+    columns += [Column(f"l{i}", escape_md(level_label(ctx, c, b))) for i, (c, b) in enumerate(levels)]
+    text, _ = table(list(rows.values()), columns)
+    return text
+
+
+def verdict_section(verdicts: Sequence[v.Verdict], ctx: v.Context | None = None) -> str:
+    ctx = ctx or v.Context(arms=(), backends=(), batches=(), contexts=())
     rows = [{"label": escape_md(x.label), "scope": escape_md(x.scope), "outcome": x.outcome,
              "evidence": escape_md(x.evidence)} for x in verdicts]
     text, _ = table(rows, [Column("label", "candidate", keep=True), Column("scope", "where"),
                            Column("outcome", "verdict"), Column("evidence", "evidence")])
     questions = {x.label: x.question for x in verdicts if x.question}
     qtext = "\n".join(f"- **{escape_md(k)}**: {escape_md(q)}" for k, q in questions.items())
-    return section("Verdicts", "Every candidate at every scope it applies to, with the number and the threshold "
-                   "that decided it.", join(text, qtext), f"{len(verdicts)} verdicts")
+    intro = ("Every candidate at every level it applies to (n/m: not measured, why below), the levels the "
+             "question names first; the table below it gives each verdict's number and threshold.")
+    return section("Verdicts", join(intro, level_grid(verdicts, ctx)), join(text, qtext), f"{len(verdicts)} verdicts")
 
 
 def checks_section(level_checks: pd.DataFrame, limits: dict[str, tuple[float, float]]) -> str:

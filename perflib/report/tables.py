@@ -6,7 +6,6 @@ shows the same frames in a notebook.
 
 from __future__ import annotations
 
-import itertools
 import math
 from collections.abc import Sequence
 from typing import Any
@@ -18,7 +17,7 @@ from perflib.attribution import HOST_GAP_PARTS
 from perflib.config import Campaign
 from perflib.derive import GAP_ORDER, DerivedTables
 from perflib.pageinputs import Reference
-from perflib.verdicts import floor_ms
+from perflib.verdicts import compare, floor_ms
 
 LEVEL_KEYS = ["arm", "backend", "batch", "context"]
 
@@ -42,6 +41,22 @@ def _median_levels(frame: pd.DataFrame, columns: Sequence[str]) -> pd.DataFrame:
     return out.reset_index()
 
 
+REASONS = ("steady_step", "decode_tok_s")
+"""Figures whose runs.csv row says why it is n/a (`steady_step_reason`, `decode_tok_s_reason`)."""
+
+
+def _first_reasons(runs: pd.DataFrame, levels: pd.DataFrame, column: str) -> list[str]:
+    """Per level row: the first non-empty `column` of its runs ('' where none has one)."""
+    if not len(levels):
+        return []
+    if runs is None or not len(runs) or column not in runs.columns:
+        return [""] * len(levels)
+    texts = runs.assign(_r=checks.text(runs[column]))
+    texts = texts[texts["_r"] != ""]
+    first = {tuple(str(k) for k in key): at["_r"].iloc[0] for key, at in texts.groupby(LEVEL_KEYS, sort=False)}
+    return [first.get(tuple(str(getattr(r, k)) for k in LEVEL_KEYS), "") for r in levels.itertuples(index=False)]
+
+
 def level_table(tables: DerivedTables) -> pd.DataFrame:
     """One row per level: medians over complete repeats of the client, counter and trace figures."""
     runs = tables.runs
@@ -51,6 +66,8 @@ def level_table(tables: DerivedTables) -> pd.DataFrame:
             "mixed_steps", "ttft_ms", "aggregate_tok_s", "own_step_share", "prefill_share", "other_share",
             "overlap_share"]
     levels = _median_levels(runs, cols)
+    for col in REASONS:  # why a figure is n/a at a level, said beside it
+        levels[f"{col}_reason"] = _first_reasons(runs, levels, f"{col}_reason")
     trace = _median_levels(decode_runs(tables, figures=PER_STEP), ["busy_ms_per_step", "gap_ms_per_step",
                                                                    "busy_share", "window_ms", "dispatches"])
     trace = trace.rename(columns={"window_ms": "trace_window_ms", "runs": "traced"})
@@ -168,31 +185,15 @@ def floor_table(tables: DerivedTables, campaign: Campaign) -> pd.DataFrame:
 
 def before_after_table(tables: DerivedTables, arms: Sequence[str] | Sequence[tuple[str, str]], columns: Sequence[str] = (
         "decode_step_ms", "steady_step_ms", "decode_tok_s")) -> pd.DataFrame:
-    """Per level and column: each arm's median against its baseline, with % change.
+    """Per pair of arms, level and column: each arm's mean over its repeats against its baseline's, with
+    the % change and its 95% interval (`perflib.verdicts.compare`).
 
-    `arms` is a chain of changes (before → after → after-kvu: each against the one before it, "did this
-    change help against the configuration it changed"), or explicit (baseline, arm) pairs
-    (`Campaign.comparisons`)."""
-    levels = level_table(tables)
-    pairs = [p for p in arms if isinstance(p, tuple)] or list(itertools.pairwise(arms))
-    if not pairs or not len(levels):
-        return pd.DataFrame(columns=["backend", "batch", "context", "measure", "baseline", "arm", "before",
-                                     "after", "runs_before", "runs_after", "change_pct"])
-    rows = []
-    for base, arm in pairs:
-        for (backend, batch, context), at in levels.groupby(["backend", "batch", "context"], sort=True):
-            b = at[at["arm"].astype(str) == base]
-            a = at[at["arm"].astype(str) == arm]
-            for col in columns:
-                before = float(b[col].iloc[0]) if len(b) else None
-                after = float(a[col].iloc[0]) if len(a) else None
-                change = (100 * (after - before) / before if before and after is not None
-                          and not math.isnan(before) and not math.isnan(after) else None)
-                rows.append({"backend": backend, "batch": batch, "context": context, "measure": col, "baseline": base,
-                             "arm": arm, "before": before, "after": after,
-                             "runs_before": int(b["runs"].iloc[0]) if len(b) else 0,
-                             "runs_after": int(a["runs"].iloc[0]) if len(a) else 0, "change_pct": change})
-    return pd.DataFrame(rows)
+    `arms` is (baseline, arm) pairs (`Campaign.comparisons`: each arm against its baseline), or a list of
+    names read as each against the first."""
+    pairs = [p for p in arms if isinstance(p, tuple)] or [(str(arms[0]), str(a)) for a in list(arms)[1:]]
+    cols = ["backend", "batch", "context", "measure", "baseline", "arm", "pair", "before", "after", "runs_before",
+            "runs_after", "change_pct", "ci_low_pct", "ci_high_pct"]
+    return pd.DataFrame(compare.comparisons(tables.runs, pairs, columns), columns=cols)
 
 
 def traced_overhead_table(tables: DerivedTables, campaign: Campaign, batch: int = 1) -> pd.DataFrame:

@@ -1,19 +1,30 @@
 """Verdicts: candidates (hypotheses) decided by named measurements over the derived tables.
 
 - `measures`: the registered measurements (`MEASUREMENTS`), each a function of the tables and a
-  `Scope` that gives a number with its sentence, or why it was not measured.
-- `evaluate`: a candidate at each scope it applies to → confirmed, ruled out, inconclusive or not
-  measured, with the number and the threshold; the regression gates; `check_campaign`.
+  `Scope` that gives a number with its sentence, or why it was not measured, with flags that say
+  where it applies.
+- `scopes`: where a candidate is decided: every level (batch x context, per compared arm against its
+  baseline, per backend) its measurement applies to.
+- `evaluate`: a candidate at each of its scopes → confirmed, ruled out, inconclusive or not measured,
+  with the number and the threshold; the regression gates; `check_campaign`.
+- `compare`: a before/after change over the repeats, its 95% interval (Welch t) and the repeats that
+  would decide it.
+- `answer`: each candidate summarised across levels in one line, the levels the question names first;
+  the campaign's whole answer as one JSON-ready dictionary.
 """
 
 from perflib.config.thresholds import Threshold, parse_threshold
+from perflib.verdicts.answer import Answer, answer_dict, answers
+from perflib.verdicts.compare import Change, change_of, repeats_to_decide
 from perflib.verdicts.evaluate import (
     CONFIRMED,
+    FAIL,
     INCONCLUSIVE,
     NOT_MEASURED,
     OUTCOMES,
+    PASS,
     RULED_OUT,
-    Context,
+    UNDECIDED,
     GateResult,
     Verdict,
     check_campaign,
@@ -21,14 +32,15 @@ from perflib.verdicts.evaluate import (
     evaluate,
     evaluate_candidate,
     evaluate_gate,
-    scopes,
     verdict_table,
 )
 from perflib.verdicts.measures import MEASUREMENTS, Measured, Measurement, Scope, floor_ms, measurement
+from perflib.verdicts.scopes import Context, profiler_hint, scopes
 
 __all__ = [
-    "CONFIRMED", "INCONCLUSIVE", "MEASUREMENTS", "NOT_MEASURED", "OUTCOMES", "RULED_OUT", "Context", "GateResult",
-    "Measured", "Measurement", "Scope", "Threshold", "Verdict", "check_campaign", "decide", "evaluate",
-    "evaluate_candidate", "evaluate_gate", "floor_ms", "measurement", "parse_threshold", "scopes",
+    "CONFIRMED", "FAIL", "INCONCLUSIVE", "MEASUREMENTS", "NOT_MEASURED", "OUTCOMES", "PASS", "RULED_OUT", "UNDECIDED",
+    "Answer", "Change", "Context", "GateResult", "Measured", "Measurement", "Scope", "Threshold", "Verdict",
+    "answer_dict", "answers", "change_of", "check_campaign", "decide", "evaluate", "evaluate_candidate",
+    "evaluate_gate", "floor_ms", "measurement", "parse_threshold", "profiler_hint", "repeats_to_decide", "scopes",
     "verdict_table",
 ]

@@ -2,23 +2,27 @@
 
 A candidate names a measurement and two thresholds; its verdict is confirmed, ruled out,
 inconclusive or not measured, always printed with the number and the threshold that decided it.
+Where it is decided: `perflib.verdicts.scopes`. A gate compares each arm with its baseline over the
+repeats (`perflib.verdicts.compare`) and passes or fails only where the change's interval clears the
+limit; else it is undecided and says how many repeats would decide it.
 """
 
 from __future__ import annotations
 
 import difflib
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 import pandas as pd
 
 from perflib import checks
-from perflib.classes import builtin_class_names, load_class_file
 from perflib.config import Campaign, CandidateSpec, GateSpec, parse_threshold
 from perflib.derive import DerivedTables
 from perflib.errors import InputError
 from perflib.runs import RUNS_COLUMNS
-from perflib.verdicts.measures import MEASUREMENTS, Scope, change_pct, higher_is_better, trace_scope
+from perflib.verdicts import compare
+from perflib.verdicts.measures import MEASUREMENTS, Scope, higher_is_better, trace_scope
+from perflib.verdicts.scopes import Context, scopes
 
 CONFIRMED, RULED_OUT, INCONCLUSIVE, NOT_MEASURED = "confirmed", "ruled out", "inconclusive", "not measured"
 OUTCOMES = (CONFIRMED, RULED_OUT, INCONCLUSIVE, NOT_MEASURED)
@@ -40,6 +44,14 @@ class Verdict:
     why: str = ""
     suspect: str = ""
     """Why the levels this verdict rests on are suspect or lost runs (`perflib.checks`), or ''."""
+    arm: str | None = None
+    backend: str | None = None
+    batch: int | None = None
+    context: int | None = None
+    baseline: str | None = None
+    """The arm this one is compared with (a measurement with a baseline), else None."""
+    trace_from: str | None = None
+    """The traced arm whose traces decided it, where not the arm's own."""
 
     @property
     def evidence(self) -> str:
@@ -53,10 +65,26 @@ class Verdict:
     def line(self) -> str:
         return f"{self.label}: {self.evidence}"
 
+    @property
+    def who(self) -> str:
+        """The arm, or the pair it names ('unified vs slots'), and the traced arm it was read from."""
+        who = f"{self.arm} vs {self.baseline}" if self.arm and self.baseline else (self.arm or "")
+        return f"{who} (trace from {self.trace_from})" if self.trace_from else who
+
     def to_dict(self) -> dict[str, Any]:
-        return {"candidate": self.candidate, "label": self.label, "scope": self.scope, "measure": self.measure,
-                "outcome": self.outcome, "value": self.value, "text": self.text, "threshold": self.threshold,
-                "why": self.why, "suspect": self.suspect, "evidence": self.evidence, "line": self.line}
+        return {"candidate": self.candidate, "label": self.label, "scope": self.scope, "arm": self.arm,
+                "baseline": self.baseline, "backend": self.backend, "batch": self.batch, "context": self.context,
+                "trace_from": self.trace_from, "measure": self.measure, "outcome": self.outcome, "value": self.value,
+                "text": self.text, "threshold": self.threshold, "why": self.why, "suspect": self.suspect,
+                "evidence": self.evidence, "line": self.line}
+
+
+def scope_text(scope: Scope) -> str:
+    """Where a verdict was decided: `Scope.describe`, the arm with its baseline where it has one."""
+    text = scope.describe()
+    if scope.baseline and scope.arm and scope.baseline != scope.arm:
+        text = text.replace(f"arm {scope.arm}", f"arm {scope.arm} against {scope.baseline}", 1)
+    return text
 
 
 def decide(value: float | None, confirmed: str, ruled_out: str, unit: str) -> tuple[str, str]:
@@ -71,117 +99,6 @@ def decide(value: float | None, confirmed: str, ruled_out: str, unit: str) -> tu
     return INCONCLUSIVE, f"ruled out {rule.text}, confirmed {conf.text}"
 
 
-@dataclass(frozen=True)
-class Context:
-    """What a campaign contributes to evaluation: its arms, backends, batches, contexts and facts."""
-
-    arms: tuple[str, ...]
-    backends: tuple[str, ...]
-    batches: tuple[int, ...]
-    contexts: tuple[int, ...]
-    weight_bytes: int | None = None
-    kv_bytes_per_token: int | None = None
-    bandwidth: dict[str, float | None] = field(default_factory=dict)
-    profilers: dict[str, str] = field(default_factory=dict)
-    trace_notes: dict[str, str] = field(default_factory=dict)  # arm -> why it has no trace
-    known_classes: frozenset[str] | None = None
-    no_requests: dict[str, str] = field(default_factory=dict)  # backend -> why it has no request records
-    arm_profilers: dict[tuple[str, str], str] = field(default_factory=dict)  # (arm, backend) -> its own profiler
-    traced_by: dict[str, tuple[str, ...]] = field(default_factory=dict)  # compared arm -> its traced arms
-    trace_hints: dict[str, str] = field(default_factory=dict)  # backend -> the profiler kind to suggest
-
-    @classmethod
-    def of(cls, campaign: Campaign) -> Context:
-        no_requests = {b.name: f"trace-only backend {b.name}: no server, no /metrics and no request records"
-                       for b in campaign.backends if b.trace_only}
-        traced_by: dict[str, tuple[str, ...]] = {}
-        for arm in campaign.arms:
-            if arm.role == "traced" and arm.of:
-                traced_by[arm.of] = (*traced_by.get(arm.of, ()), arm.name)
-        hints = {b.name: hint for b in campaign.backends if (hint := profiler_hint(b)) is not None}
-        return cls(arms=tuple(a.name for a in campaign.compared_arms),
-                   backends=tuple(b.name for b in campaign.backends),
-                   trace_notes={a.name: a.trace_note for a in campaign.arms if a.trace_note},
-                   no_requests=no_requests,
-                   batches=tuple(sorted(campaign.batches)), contexts=tuple(sorted(campaign.contexts)),
-                   weight_bytes=campaign.model.weight_bytes, kv_bytes_per_token=campaign.model.kv_bytes_per_token,
-                   bandwidth={b.name: b.peak_bandwidth_gbs for b in campaign.backends},
-                   profilers={b.name: b.profiler.kind for b in campaign.backends},
-                   arm_profilers={(a.name, b.name): a.profiler.kind for a in campaign.arms if a.profiler
-                                  for b in campaign.backends},
-                   traced_by=traced_by, trace_hints=hints, known_classes=_known_classes(campaign))
-
-    def profiler(self, arm: str | None, backend: str) -> str | None:
-        """The profiler kind of (arm, backend): the arm's own, else the backend's."""
-        return self.arm_profilers.get((arm, backend)) if arm and (arm, backend) in self.arm_profilers \
-            else self.profilers.get(backend)
-
-
-def profiler_hint(backend: Any) -> str | None:
-    """The `profiler.kind` that traces this backend's kernels, to name in a "not measured" reason: the
-    PyTorch profiler for vLLM and SGLang, CUPTI for a CUDA build or device, rocprofv3 for ROCm; None for
-    a CPU server (no GPU kernels) or a trace-only backend."""
-    if backend.trace_only:
-        return None
-    spec = backend.server_spec
-    preset = spec.preset if spec is not None else None
-    build = (spec.build if spec is not None else None) or ""
-    if preset in ("vllm", "sglang"):
-        return "torch"
-    if build == "cpu" or backend.start == "llama-server-local":
-        return None
-    text = " ".join(str(x or "") for x in (build, backend.kernel_classes, backend.device, backend.name)).lower()
-    if "cuda" in text or "nvidia" in text:
-        return "cupti"
-    if "rocm" in text or "hip" in text or "amd" in text:
-        return "rocprofv3"
-    return "cupti, rocprofv3, nsys or torch" if spec is not None or backend.url else None
-
-
-def _known_classes(campaign: Campaign) -> frozenset[str]:
-    """The shipped tables' classes plus those of the campaign's own class files."""
-    names = set(builtin_class_names())
-    for backend in campaign.backends:
-        file = campaign.class_file(backend)
-        if file is not None and file.is_file():  # a missing file is reported by derive, per run
-            names |= {r.kernel_class for r in load_class_file(file).rules}
-    return frozenset(names)
-
-
-def scopes(candidate: CandidateSpec, ctx: Context) -> list[Scope]:
-    """Every scope a candidate applies to: unspecified arm, backend and context expand; the batch
-    defaults to the campaign's largest (the batch-B window)."""
-    measure = candidate.measure
-    if measure == "change_pct":
-        baseline = candidate.baseline or ctx.arms[0]
-        arms = [candidate.arm] if candidate.arm else [a for a in ctx.arms if a != baseline] or [None]
-    else:
-        baseline = candidate.baseline
-        arms = [candidate.arm] if candidate.arm else list(ctx.arms)
-    backends = [candidate.backend] if candidate.backend else list(ctx.backends)
-    contexts = [candidate.context] if candidate.context else list(ctx.contexts)
-    batch = candidate.batch or (max(ctx.batches) if ctx.batches else None)
-    out = []
-    for arm in arms:
-        for backend in backends:
-            for context in contexts:
-                out.append(Scope(arm=arm, backend=backend, batch=batch, context=context, classes=candidate.classes,
-                                 column=candidate.column, baseline=baseline if measure == "change_pct" else None,
-                                 weight_bytes=ctx.weight_bytes, kv_bytes_per_token=ctx.kv_bytes_per_token,
-                                 peak_bandwidth_gbs=ctx.bandwidth.get(backend), profiler=ctx.profiler(arm, backend),
-                                 trace_note=ctx.trace_notes.get(arm) if arm else None,
-                                 known_classes=ctx.known_classes,
-                                 no_requests=ctx.no_requests.get(backend),
-                                 traced_by=tuple((t, ctx.profiler(t, backend) or "none", ctx.trace_notes.get(t))
-                                                 for t in ctx.traced_by.get(arm or "", ())),
-                                 trace_hint=ctx.trace_hints.get(backend)))
-    return out
-
-
-RATIO_MEASURES = frozenset({"step_ratio", "step_scaling", "gap_scaling", "class_scaling"})
-"""Measurements that divide batch B by batch 1: they rest on both levels."""
-
-
 def evaluate_candidate(candidate: CandidateSpec, tables: DerivedTables, ctx: Context,
                        level_checks: pd.DataFrame | None = None) -> list[Verdict]:
     """Verdicts of one candidate, one per scope; a fallback measurement decides where the main
@@ -189,9 +106,10 @@ def evaluate_candidate(candidate: CandidateSpec, tables: DerivedTables, ctx: Con
     if level_checks is None:
         level_checks = checks.level_checks(tables.runs, tables.trace_runs)
     verdicts = []
-    for scope in scopes(candidate, ctx):
+    for scope in scopes(candidate, ctx, tables):
         verdict, read = _evaluate_at(candidate, tables, scope)
-        batches = [scope.batch, 1] if verdict.measure in RATIO_MEASURES else [scope.batch]
+        meas = MEASUREMENTS.get(verdict.measure)
+        batches = [scope.batch, 1] if meas is not None and meas.rests_on_batch1 else [scope.batch]
         reasons = checks.suspect_reasons(level_checks, [scope.arm, *read, scope.baseline], scope.backend, batches,
                                          scope.context)
         verdicts.append(replace(verdict, suspect="; ".join(reasons)) if reasons else verdict)
@@ -222,10 +140,15 @@ def _evaluate_at(candidate: CandidateSpec, tables: DerivedTables, scope: Scope) 
                                     spec.ruled_out or candidate.ruled_out, meas.unit)
         if not (meas.trace and read):
             shown, read = scope, []
-        return Verdict(candidate.id, candidate.question, label, spec.measure, shown.describe(), outcome,
-                       result.value, result.text, threshold), read
-    return Verdict(candidate.id, candidate.question, label, candidate.measure, shown.describe(), NOT_MEASURED,
-                   None, "", "", "; ".join(dict.fromkeys(w for w in whys if w))), read
+        return Verdict(candidate.id, candidate.question, label, spec.measure, scope_text(shown), outcome,
+                       result.value, result.text, threshold, **_where(shown)), read
+    return Verdict(candidate.id, candidate.question, label, candidate.measure, scope_text(shown), NOT_MEASURED,
+                   None, "", "", "; ".join(dict.fromkeys(w for w in whys if w)), **_where(shown)), read
+
+
+def _where(scope: Scope) -> dict[str, Any]:
+    return {"arm": scope.arm, "backend": scope.backend, "batch": scope.batch, "context": scope.context,
+            "baseline": scope.baseline, "trace_from": scope.trace_from}
 
 
 def evaluate(candidates: Any, tables: DerivedTables, ctx: Context) -> list[Verdict]:
@@ -239,50 +162,106 @@ def evaluate(candidates: Any, tables: DerivedTables, ctx: Context) -> list[Verdi
 
 def verdict_table(verdicts: list[Verdict]) -> pd.DataFrame:
     """One row per verdict: candidate, scope, outcome, the measurement sentence, the threshold."""
-    cols = ["candidate", "label", "scope", "measure", "outcome", "value", "text", "threshold", "why", "suspect",
-            "evidence", "line"]
+    cols = ["candidate", "label", "scope", "arm", "baseline", "backend", "batch", "context", "trace_from", "measure",
+            "outcome", "value", "text", "threshold", "why", "suspect", "evidence", "line"]
     return pd.DataFrame([v.to_dict() for v in verdicts], columns=cols)
 
 
 # ----------------------------------------------------------------------------------- the gate
 
 
+PASS, FAIL, UNDECIDED = "pass", "FAIL", "undecided"
+
+
 @dataclass(frozen=True)
 class GateResult:
+    """One gate for one pair of arms at one level: pass or FAIL where the change's interval clears the
+    limit, undecided where it straddles it (with the repeats per arm that would decide), or not measured."""
+
     gate: str
     passed: bool | None
     change_pct: float | None
     text: str
+    state: str = NOT_MEASURED
+    baseline: str | None = None
+    arm: str | None = None
+    backend: str | None = None
+    batch: int | None = None
+    context: int | None = None
+    interval: tuple[float, float] | None = None
+    """The 95% interval of the change in % (`perflib.verdicts.compare`), None where there is none."""
+    repeats_needed: int | None = None
+    """Repeats per arm at which the spread seen would decide an undecided gate (None: unknown or never)."""
 
     @property
     def line(self) -> str:
-        state = {True: "pass", False: "FAIL", None: "not measured"}[self.passed]
-        return f"{self.gate}: {self.text}: {state}"
+        return f"{self.gate}: {self.text}: {self.state}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"gate": self.gate, "state": self.state, "passed": self.passed, "baseline": self.baseline,
+                "arm": self.arm, "backend": self.backend, "batch": self.batch, "context": self.context,
+                "change_pct": self.change_pct, "ci_low_pct": self.interval[0] if self.interval else None,
+                "ci_high_pct": self.interval[1] if self.interval else None, "ci_method": compare.METHOD,
+                "repeats_needed": self.repeats_needed, "text": self.text, "line": self.line}
+
+
+def gate_pairs(gate: GateSpec, ctx: Context) -> list[tuple[str | None, str | None]]:
+    """(baseline, arm) pairs a gate judges: its `arm` against its `baseline` (default the arm's own), else
+    every compared arm against its baseline."""
+    if gate.arm:
+        return [(gate.baseline or ctx.baseline_of(gate.arm) or (ctx.arms[0] if ctx.arms else None), gate.arm)]
+    pairs = [(gate.baseline or ctx.baseline_of(arm), arm) for arm in ctx.arms]
+    return [(b, a) for b, a in pairs if b and b != a] or [(None, None)]
 
 
 def evaluate_gate(gate: GateSpec, tables: DerivedTables, ctx: Context) -> list[GateResult]:
-    """Regression gate per backend (and context): the arm's change against the baseline arm must
-    not be worse than `max_regression_pct` (worse = lower tok/s, higher ms)."""
-    baseline = gate.baseline or ctx.arms[0]
-    arm = gate.arm or (ctx.arms[-1] if len(ctx.arms) > 1 else None)
+    """Regression gate per pair of arms, backend and context: the arm's change against its baseline must
+    not be worse than `max_regression_pct` (worse = lower tok/s, higher ms). It passes where the whole 95%
+    interval of the change is within the limit, fails where the whole interval is beyond it, and is
+    undecided in between, saying how many repeats per arm would decide it."""
     name = f"{gate.measure} at batch {gate.batch}, at most {gate.max_regression_pct:g}% worse"
     contexts = [gate.context] if gate.context else list(ctx.contexts)
+    sign = -1.0 if higher_is_better(gate.measure) else 1.0  # regression = sign x change
     results = []
-    for backend in ctx.backends:
-        for context in contexts:
-            scope = Scope(arm=arm, backend=backend, batch=gate.batch, context=context, column=gate.measure,
-                          baseline=baseline, no_requests=ctx.no_requests.get(backend))
-            measured = change_pct(tables, scope)
-            where = f"{name} ({backend}, context {context})"
-            if measured.value is None:
-                results.append(GateResult(where, None, None, f"not measured ({measured.why})"))
-                continue
-            regression = -measured.value if higher_is_better(gate.measure) else measured.value
-            how = (f"{regression:.1f}% worse" if regression > 0 else f"{-regression:.1f}% better" if regression < 0
-                   else "unchanged")
-            results.append(GateResult(where, regression <= gate.max_regression_pct, measured.value,
-                                      f"{measured.text} ({how})"))
+    for baseline, arm in gate_pairs(gate, ctx):
+        for backend in ctx.backends:
+            for context in contexts:
+                where = f"{name} ({arm} vs {baseline}, {backend}, context {context})" if arm else \
+                    f"{name} ({backend}, context {context})"
+                keys = {"baseline": baseline, "arm": arm, "backend": backend, "batch": gate.batch, "context": context}
+                scope = Scope(arm=arm, backend=backend, batch=gate.batch, context=context, column=gate.measure,
+                              baseline=baseline, no_requests=ctx.no_requests.get(backend))
+                measured = MEASUREMENTS["change_pct"].func(tables, scope)
+                if measured.value is None:
+                    results.append(GateResult(where, None, None, f"not measured ({measured.why})", **keys))
+                    continue
+                results.append(_judge(where, gate, tables, measured.text, sign, keys))
     return results
+
+
+def _judge(where: str, gate: GateSpec, tables: DerivedTables, text: str, sign: float,
+           keys: dict[str, Any]) -> GateResult:
+    """The gate's state from the change's interval against the limit."""
+    found = compare.change_of(*(compare.level_values(tables.runs, gate.measure, arm, keys["backend"], gate.batch,
+                                                     keys["context"]) for arm in (keys["baseline"], keys["arm"])))
+    assert found is not None  # change_pct measured it from the same runs
+    limit = gate.max_regression_pct
+    regression = sign * found.pct
+    how = (f"{regression:.1f}% worse" if regression > 0 else f"{-regression:.1f}% better" if regression < 0
+           else "unchanged")
+    if not found.has_interval:
+        state, passed = UNDECIDED, None
+    else:
+        worst, best = max(sign * found.lo, sign * found.hi), min(sign * found.lo, sign * found.hi)
+        state, passed = (PASS, True) if worst <= limit else (FAIL, False) if best > limit else (UNDECIDED, None)
+    needed = compare.repeats_to_decide(found, sign * limit) if state == UNDECIDED else None
+    decide_text = ""
+    if state == UNDECIDED:
+        decide_text = (f"; about {needed} repeats per arm would decide it (from the spread seen)" if needed
+                       else "; more repeats would not decide it (the change sits on the limit, or no spread is known)")
+    interval = (found.lo, found.hi) if found.has_interval else None
+    return GateResult(where, passed, found.pct, f"{text} ({how}){decide_text}", state, interval=interval,
+                      repeats_needed=needed, **keys)
 
 
 GATE_COLUMNS = tuple(c for c in RUNS_COLUMNS if c not in

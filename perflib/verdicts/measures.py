@@ -19,7 +19,7 @@ import pandas as pd
 from perflib import checks
 from perflib.classes import OTHER
 from perflib.derive import DerivedTables
-from perflib.verdicts import gapsplit
+from perflib.verdicts import compare, gapsplit
 
 
 @dataclass(frozen=True)
@@ -72,18 +72,26 @@ class Measurement:
     doc: str
     trace: bool = False
     """Reads the kernel traces (trace_runs, classes, kernels, gaps, steps): an arm without traces of its
-    own is measured from its traced arm (`trace_scope`)."""
+    own is measured from its traced arm (`trace_scope`); decided at every traced level."""
+    rests_on_batch1: bool = False
+    """Divides batch B by batch 1: decided at every batch above 1, and rests on both levels."""
+    batched: bool = False
+    """Reads other requests of the level (their prefill): decided at every batch above 1."""
+    has_baseline: bool = False
+    """Compares an arm with its baseline arm (`Scope.baseline`): decided for every compared arm that has one."""
 
 
 MEASUREMENTS: dict[str, Measurement] = {}
 
 
-def measurement(name: str, unit: str = "ratio", trace: bool = False) -> Callable:
-    """Register a measurement under `name` (campaign files refer to it by that name); `trace=True` for
-    one that reads the kernel traces."""
+def measurement(name: str, unit: str = "ratio", trace: bool = False, rests_on_batch1: bool = False,
+                batched: bool = False, has_baseline: bool = False) -> Callable:
+    """Register a measurement under `name` (campaign files refer to it by that name); the flags say
+    where it applies (`Measurement`): `trace=True` for one that reads the kernel traces."""
 
     def register(func: Callable[[DerivedTables, Scope], Measured]) -> Callable:
-        MEASUREMENTS[name] = Measurement(name, func, unit, (func.__doc__ or "").strip().splitlines()[0], trace)
+        MEASUREMENTS[name] = Measurement(name, func, unit, (func.__doc__ or "").strip().splitlines()[0], trace,
+                                         rests_on_batch1, batched, has_baseline)
         return func
 
     return register
@@ -198,6 +206,14 @@ def _no_trace(tables: DerivedTables, scope: Scope, batch: int | None = None) -> 
     if scope.profiler in (None, "none"):
         return Measured(None, "", f"no kernel trace for backend {scope.backend} (profiler: none)")
     return Measured(None, "", f"no kernel trace at {_where(scope, batch)}")
+
+
+def _window_reason(runs: pd.DataFrame) -> str:
+    """Why these runs' client saw no steady step: the first `steady_step_reason` (a staggered or coalesced
+    decode window, `perflib.runs.client_window`), or ''."""
+    if runs is None or "steady_step_reason" not in runs.columns:
+        return ""
+    return next((w for w in checks.text(runs["steady_step_reason"]) if w), "")
 
 
 def _step_of(tables: DerivedTables, scope: Scope, batch: int) -> tuple[float | None, int]:
@@ -333,7 +349,7 @@ def _pct(x: float) -> str:
 # ----------------------------------------------------------------------------------- measurements
 
 
-@measurement("step_ratio", unit="ratio")
+@measurement("step_ratio", unit="ratio", rests_on_batch1=True)
 def step_ratio(tables: DerivedTables, scope: Scope) -> Measured:
     """Decode step ms at batch B over batch 1 (same arm, backend, context)."""
     batch = scope.batch
@@ -348,7 +364,7 @@ def step_ratio(tables: DerivedTables, scope: Scope) -> Measured:
                            f"(medians of {n_b} and {n_1}): {value:.2f}x")
 
 
-@measurement("step_scaling", unit="ratio")
+@measurement("step_scaling", unit="ratio", rests_on_batch1=True)
 def step_scaling(tables: DerivedTables, scope: Scope) -> Measured:
     """Step ratio batch B over batch 1, divided by B (1.0 = the step grows like the batch)."""
     base = step_ratio(tables, scope)
@@ -358,7 +374,7 @@ def step_scaling(tables: DerivedTables, scope: Scope) -> Measured:
     return Measured(value, f"{base.text} for a {scope.batch}x batch ({value:.2f} of linear)")
 
 
-@measurement("own_step_share", unit="fraction")
+@measurement("own_step_share", unit="fraction", batched=True)
 def own_step_share(tables: DerivedTables, scope: Scope) -> Measured:
     """Share of the decode window that the request's own decode steps explain (median over requests)."""
     sel = _select(tables.runs, scope)
@@ -368,7 +384,8 @@ def own_step_share(tables: DerivedTables, scope: Scope) -> Measured:
     if own is None and not len(sel):
         return _no_runs(scope, None, tables)
     if own is None:
-        return Measured(None, "", f"no own-step share at {_where(scope)} (no complete run or no steady step)")
+        why = _window_reason(sel) or "no complete run or no steady step"
+        return Measured(None, "", f"no own-step share at {_where(scope)} ({why})")
     prefill, _ = _median(sel, "prefill_share")
     other, _ = _median(sel, "other_share")
     rest = ", ".join(f"{name} {_pct(v)}" for name, v in (("prefill", prefill), ("other", other)) if v is not None)
@@ -376,10 +393,14 @@ def own_step_share(tables: DerivedTables, scope: Scope) -> Measured:
                          + (f" ({rest})" if rest else "") + f", median of {n}")
 
 
-@measurement("prefill_share", unit="fraction")
+@measurement("prefill_share", unit="fraction", batched=True)
 def prefill_share(tables: DerivedTables, scope: Scope) -> Measured:
     """Share of the decode window covered by other requests' prefill."""
-    value, n = _median(_select(tables.runs, scope), "prefill_share")
+    sel = _select(tables.runs, scope)
+    value, n = _median(sel, "prefill_share")
+    if value is None and len(sel):
+        return Measured(None, "", f"no decode window of a request at {_where(scope)} "
+                                  f"({_window_reason(sel) or 'no request produced two tokens at two instants'})")
     if value is None:
         return _no_runs(scope, None, tables)
     return Measured(value, f"other requests' prefill covers {_pct(value)} of the decode window, median of {n}")
@@ -449,7 +470,7 @@ def gap_ms_per_step(tables: DerivedTables, scope: Scope) -> Measured:
     return Measured(row["gap_ms_per_step"], f"host gaps {row['gap_ms_per_step']:.2f} ms per step{row['guess']}")
 
 
-@measurement("gap_scaling", unit="ratio", trace=True)
+@measurement("gap_scaling", unit="ratio", trace=True, rests_on_batch1=True)
 def gap_scaling(tables: DerivedTables, scope: Scope) -> Measured:
     """Gap ms per step at batch B over batch 1 (how host work scales with the batch)."""
     row_b, row_1 = _trace_row(tables, scope), _trace_row(tables, scope, 1)
@@ -504,7 +525,7 @@ def class_ms_per_step(tables: DerivedTables, scope: Scope) -> Measured:
     return Measured(sums["ms_per_step"], f"{_classes_label(scope)} {sums['ms_per_step']:.2f} ms per step{sums['guess']}")
 
 
-@measurement("class_scaling", unit="ratio", trace=True)
+@measurement("class_scaling", unit="ratio", trace=True, rests_on_batch1=True)
 @_named_classes
 def class_scaling(tables: DerivedTables, scope: Scope) -> Measured:
     """Class ms per step at batch B over batch 1, divided by B (1.0 = grows like the batch)."""
@@ -575,21 +596,23 @@ def higher_is_better(column: str) -> bool:
     return column.endswith("tok_s") or column.endswith("share") and column.startswith("own")
 
 
-@measurement("change_pct", unit="pct")
+@measurement("change_pct", unit="pct", has_baseline=True)
 def change_pct(tables: DerivedTables, scope: Scope) -> Measured:
     """Change of a runs.csv column (default decode_step_ms) from the baseline arm to the arm, in %."""
     column = scope.column or "decode_step_ms"
     if not scope.baseline or not scope.arm:
         return Measured(None, "", "no two arms to compare (campaign has one arm)")
-    before, n_b = _median(_select(tables.runs, scope, arm=scope.baseline), column)
-    after, n_a = _median(_select(tables.runs, scope, arm=scope.arm), column)
+    before = _median(_select(tables.runs, scope, arm=scope.baseline), column)[0]
+    after = _median(_select(tables.runs, scope, arm=scope.arm), column)[0]
     if before is None:
         return _no_runs(replace(scope, arm=scope.baseline), None, tables)
     if after is None:
         return _no_runs(scope, None, tables)
-    if before == 0:
+    found = compare.change_of(*(compare.level_values(tables.runs, column, arm, scope.backend, scope.batch,
+                                                     scope.context) for arm in (scope.baseline, scope.arm)))
+    if found is None:
         return Measured(None, "", f"{column} is 0 in arm {scope.baseline}")
-    value = 100.0 * (after - before) / before
     unit = " ms" if column.endswith("_ms") else (" tok/s" if column.endswith("tok_s") else "")
-    return Measured(value, f"{column} {before:.2f}{unit} ({scope.baseline}) to {after:.2f}{unit} ({scope.arm}), "
-                           f"medians of {n_b} and {n_a}: {value:+.1f}%")
+    return Measured(found.pct, f"{column} {found.before_mean:.2f}{unit} ({scope.baseline}) to "
+                               f"{found.after_mean:.2f}{unit} ({scope.arm}), means of {len(found.before)} and "
+                               f"{len(found.after)}: {found.pct:+.1f}%, {found.interval_text()}")

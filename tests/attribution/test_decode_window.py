@@ -70,8 +70,39 @@ def test_dispatches_running_into_the_window_are_clipped_and_counted():
     assert summary.busy_ms == pytest.approx(7.0 + 10.0)  # [8,15) and [20,30)
 
 
-def test_no_window_with_all_requests_decoding_is_said(tmp_path):
+def test_staggered_requests_are_read_over_the_decode_span_with_the_trace_s_own_steps(tmp_path):
+    """No window with both requests decoding (request 0 ends at 2 s, request 1's first token is at 3 s): the
+    run's decode span, first first token to last last token, with no client step count, and why."""
     t0, offset = _level(tmp_path, [100 * MS, 3000 * MS], [2000 * MS, 4000 * MS])
     trace = _trace([0, 3000], 1, t0, offset)
-    with pytest.raises(PerflibError, match="no window with all 2 requests decoding"):
-        attribution.decode_window_from_run(trace, tmp_path)
+    decode = attribution.decode_window_from_run(trace, tmp_path)
+    records = [json.loads(line) for line in (tmp_path / "requests.jsonl").read_text().splitlines()]
+    last = max(r["last_token_ns"] for r in records)
+    assert (decode.window.start_ns, decode.window.end_ns) == (t0 + offset + 100 * MS, last + offset)
+    assert decode.steps is None and decode.kind == "decode span" and "decode span of" in decode.window.label
+    assert decode.why == "requests staggered: the last first token came 1.0 s after the first request finished"
+    level = attribution.run_window(trace, tmp_path, "decode")
+    assert level.count is None and level.kind == "decode span" and level.why == decode.why
+
+
+def test_a_stream_in_one_chunk_is_read_over_the_requests_span(tmp_path):
+    """One request whose 64 tokens came in one chunk: no decode span at all on the client's clock, so the
+    window runs from the request sent to its last token, and the trace counts the steps."""
+    _level(tmp_path, [0], [0])
+    record = json.loads((tmp_path / "requests.jsonl").read_text())
+    t0 = record["first_token_ns"]
+    record.update(start_ns=t0 - 500 * MS, completion_tokens=64, chunk_ns=[t0])
+    (tmp_path / "requests.jsonl").write_text(json.dumps(record) + "\n")
+    trace = _trace([0], 1, t0, 1_700_000_000 * 10**9)
+    decode = attribution.decode_window_from_run(trace, tmp_path)
+    assert decode.kind == "request span" and decode.steps is None
+    assert decode.window.duration_ns == 500 * MS
+    assert decode.why.startswith("stream coalesced: 64 tokens in 1 chunk; every token came at one instant")
+
+
+def test_no_successful_request_is_said(tmp_path):
+    _level(tmp_path, [100 * MS], [2000 * MS])
+    record = json.loads((tmp_path / "requests.jsonl").read_text())
+    (tmp_path / "requests.jsonl").write_text(json.dumps({**record, "ok": False}) + "\n")
+    with pytest.raises(PerflibError, match="no successful request"):
+        attribution.decode_window_from_run(_trace([0], 1, 0, 0), tmp_path)

@@ -309,3 +309,43 @@ def test_a_run_contended_by_a_competing_cpu_job_is_redone_once_the_machine_is_qu
     final = rundir.read_manifest(arm_dir / "b1_c32_r1")
     assert final["status"] == "complete"  # measured again once the burners were gone
     assert not ({b.pid for b in burners} & {t["pid"] for t in final["contention"]["top"]})
+
+# Long prompts with short decodes (issue 27): with `--batch-size 256` llama-server prefills 512-token prompts
+# 256 tokens a step, one slot after the other, so at batch 3 with 2 decode tokens the first request has
+# finished before the last one's first token: no window has every request decoding. That follows from how
+# the server fills a batch (each slot's prompt in slot order, up to the batch size), not from timing. It is a
+# finding about the workload, measured from the server side, never a lost trace or a partial run.
+
+
+def test_staggered_requests_are_measured_from_the_server_side_not_lost(tmp_path, llama_server_binary, tiny_model):
+    library = tmp_path / "libperflib_cupti-standin.so"
+    library.write_bytes(b"stand-in: nothing to inject on a CPU; reads PERFLIB_CUPTI_OUTPUT")
+    backends = f"""\
+        - name: cupti
+          threads: 1
+          server:
+            command: [{sys.executable}, {STANDINS / "standin_cuda_server.py"}, BINARY, -m, "{{model}}", --host,
+                      "{{host}}", --port, "{{port}}", --parallel, "{{slots}}", --ctx-size, "{{ctx_size}}", --metrics,
+                      --threads, "{{threads}}", --batch-size, "256", --ubatch-size, "256"]
+          profiler: {{kind: cupti, library: {library}}}
+        """
+    path = write_campaign(tmp_path, llama_server_binary, backends, batches="[3]", decode=2, name="staggered")
+    path.write_text(path.read_text().replace("contexts: [32]", "contexts: [512]"))
+    campaign = pc.load_campaign(path)
+    result = pc.run_campaign(campaign, progress=False, contention_threshold=None)
+    assert result.failed == () and result.partial == ()  # `campaign run` exits 0: nothing lost
+    runs = pd.read_csv(campaign.derived_dir() / "runs.csv")
+    (run,) = runs.to_dict("records")
+    assert run["status"] == "complete" and pd.isna(run["trace_loss"])
+    assert run["decode_window"] == "decode span", run["decode_window_why"]
+    assert run["decode_window_why"].startswith("requests staggered: the last first token came ")
+    assert pd.isna(run["steady_step_ms"]) and run["steady_step_reason"] == run["decode_window_why"]
+    assert run["suggested_decode_tokens"] > 2  # the decode that would overlap them
+    assert run["decode_step_ms"] > 0  # the server's counters measured the decode
+    (traced,) = pd.read_csv(campaign.derived_dir() / "trace_runs.csv").to_dict("records")
+    assert traced["window"] == "decode span" and traced["window_why"] == run["decode_window_why"]
+    assert traced["dispatches"] > 0
+    page = result.page.read_text()
+    head = page.split("\n## ")[0]
+    assert "- **Decode window.** No window with every request decoding at cupti b3 c512" in head
+    assert "Trace lost" not in page and "traces cover their windows" in head

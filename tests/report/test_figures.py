@@ -212,7 +212,7 @@ def test_alt_text_says_what_each_figure_shows(views):
     first, last = at.iloc[0], at.iloc[-1]
     assert (f"after-kvu ctx 1024: {first.decode_step_ms:.1f} ms at batch 1 to {last.decode_step_ms:.1f} ms "
             f"at batch 8") in alt
-    assert "before → after → after-kvu" in views["cuda-h200"].plot_before_after().alt
+    assert "one bar per arm (before, after, after-kvu)" in views["cuda-h200"].plot_before_after().alt
 
 
 # ------------------------------------------------------------------------------ the page

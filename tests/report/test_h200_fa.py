@@ -5,6 +5,7 @@ and the page's first screen answers the host-gap and GEMV candidates from the tr
 from __future__ import annotations
 
 import json
+import re
 
 import pandas as pd
 import pytest
@@ -74,5 +75,8 @@ def test_every_traced_run_covers_its_window(built):
 def test_the_first_screen_decides_from_the_traced_arm(built, cause):
     first_screen, _ = built
     (row,) = [ln for ln in first_screen.splitlines() if ln.startswith(f"| {cause} |")]
-    assert "(trace from fa-on-cupti)" in row and "not measured" not in row
+    # decided for fa-on from its traced arm at every traced batch; only fa-off, which has no trace, is not
+    parts = re.split(r"; (?=\*\*)", row.split("|")[2].strip())  # one part per outcome, each opening in bold
+    assert all("for fa-on (trace from fa-on-cupti) at batch" in p for p in parts[:-1])
+    assert parts[-1] == "**not measured** for fa-off"
     assert "- **Traces.** All 12 traced runs' traces cover their windows" in first_screen

@@ -153,7 +153,7 @@ def test_notebook_export_renders_as_github_markdown(tmp_path):
     images = re.findall(r"!\[[^\]]*\]\(([^)]+\.png)\)", exported.read_text())
     assert len(images) == 3  # report.ipynb draws batch scaling, decomposition and before/after of the sample
     text = exported.read_text()
-    assert text.count("| cause | verdict | deciding number | where |") == 1  # the summary, once
+    assert text.count("| cause | answer per level (deciding numbers, threshold) |") == 1  # the summary, once
     assert text.count("| label | scope | outcome | evidence |") == 1  # the verdicts, once
     assert "<table" not in text and "<div" not in text  # Markdown tables, not DataFrame HTML
     assert not [ln for ln in text.splitlines() if ln.startswith("    ") and ln.strip()]  # no code-block dumps

@@ -161,7 +161,8 @@ def test_see_also_links_existing_pages_only(tmp_path):
 
 @pytest.mark.parametrize("name", ["cpu-reference", "cuda-h200", "cuda-h200-batch", "cuda-h200-fa", "h200-pytorch"])
 def test_committed_pages_open_with_their_answer(name):
-    """Summary first: the question, a verdict row per measured candidate with its number, the checks,
+    """Summary first: the question, a row per measured candidate with its answer across levels and their
+    numbers, the checks,
     all before the first section, in a screenful; the bulk is collapsed in <details>."""
     page = sorted((REPO / "reports").glob(f"{name}-[0-9][0-9][0-9][0-9]-*.md"))[-1]
     text = page.read_text()
@@ -171,12 +172,12 @@ def test_committed_pages_open_with_their_answer(name):
     opening = f"**Question.** {text_mod.escape_md(campaign.question)}" if campaign.question else \
         text_mod.escape_md(campaign.description)  # the campaign's own question, else its description
     assert opening and head.splitlines()[4] == opening
-    assert "| cause | verdict | deciding number | where |" in head
+    assert "| cause | answer per level (deciding numbers, threshold) |" in head
     assert "- **Checks.**" in head and "Sections:" in head
     assert len(lines) <= 25, len(lines)
     verdict_rows = [ln for ln in lines if ln.startswith("| ") and ("**confirmed**" in ln or "**ruled out**" in ln
                                                                    or "**inconclusive**" in ln)]
-    assert verdict_rows and all(re.search(r"\d", ln.split("|")[3]) for ln in verdict_rows)
+    assert verdict_rows and all(re.search(r"\d", ln.split("|")[2]) for ln in verdict_rows)
     assert text.index("## Verdicts") < text.index("## Per level")
     assert text.count("<details>") >= 3 and text.count("<details>") == text.count("</details>")
 

@@ -32,7 +32,9 @@ def test_steady_step_none_with_reason():
     a = _rec("a", 0, list(range(0, 50 * ms, 5 * ms)))
     b = _rec("b", 0, list(range(60 * ms, 100 * ms, 5 * ms)))  # starts decoding after a finished
     assert runs.steady_step([a, b]).step_ms is None
-    assert "no span" in runs.steady_step([a, b]).reason
+    # the words the page prints: a's last token at 45 ms, b's first at 60 ms
+    assert runs.steady_step([a, b]).reason == ("requests staggered: the last first token came 15 ms after the "
+                                               "first request finished")
     few = runs.steady_step([_rec("c", 0, [0, ms, 2 * ms])])
     assert few.step_ms is None and "only 2" in few.reason
     failed = {"request_id": "d", "start_ns": 0, "first_token_ns": None, "last_token_ns": None}

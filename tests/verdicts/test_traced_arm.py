@@ -39,24 +39,29 @@ def playbook_only(tmp_path_factory):
 def test_trace_candidates_of_a_compared_arm_are_decided_from_its_traced_arm(playbook_only):
     campaign, tables = playbook_only
     verdicts = v.evaluate(campaign.candidates, tables, v.Context.of(campaign))
-    by = {(x.candidate, x.scope.split(",")[0]): x for x in verdicts}
+    traced_batches = sorted({int(b) for b in tables.trace_runs["batch"]})
     for cid in TRACE_CANDIDATES:
-        mine = by[(cid, "arm default (trace from default-cupti)")]
+        mine = {x.batch: x for x in verdicts if x.candidate == cid and x.arm == "default"}
+        # decided at every traced level, each read from the traced arm
+        assert sorted(mine) == [b for b in traced_batches if b > 1 or cid != "batched-gemv-per-row"]
+        assert all(x.trace_from == "default-cupti" and "(trace from default-cupti)" in x.scope for x in mine.values())
         # measured from the trace, or not for a reason of the trace itself (at batch 64 no GEMV runs at all)
-        assert "no kernel trace" not in mine.why and (mine.outcome != v.NOT_MEASURED or cid == "batched-gemv-per-row")
-        # the same number and reason as the candidate written against the traced arm itself
+        for x in mine.values():
+            assert "no kernel trace" not in x.why and (x.outcome != v.NOT_MEASURED or cid == "batched-gemv-per-row")
+        # the same number and reason, level by level, as the candidate written against the traced arm itself
         spec = next(c for c in campaign.candidates if c.id == cid)
         explicit = v.evaluate([CandidateSpec(**{**spec.__dict__, "arm": "default-cupti"})], tables,
                               v.Context.of(campaign))
-        assert [(x.value, x.why) for x in explicit] == [(mine.value, mine.why)]
-        assert explicit[0].scope.startswith("arm default-cupti,")
-        for arm in ("backend-sampling", "kv-unified"):  # no traced arm of theirs
-            other = by[(cid, f"arm {arm}")]
-            assert other.outcome == v.NOT_MEASURED
+        assert [(x.batch, x.value, x.why) for x in explicit] == [(b, x.value, x.why) for b, x in sorted(mine.items())]
+        assert all(x.scope.startswith("arm default-cupti,") for x in explicit)
+        for arm in ("backend-sampling", "kv-unified"):  # no traced arm of theirs: one verdict says why
+            (other,) = [x for x in verdicts if x.candidate == cid and x.arm == arm]
+            assert other.outcome == v.NOT_MEASURED and other.batch == max(campaign.batches)
             assert (f"add an arm with role: traced, of: {arm}, profiler: {{kind: cupti}}") in other.why, other.why
-    # a candidate that reads no trace stays on the compared arm's own runs
+    # a candidate that reads no trace stays on the compared arm's own runs, at every batch above 1
     prefill = [x for x in verdicts if x.candidate == "interleaved-prefill"]
-    assert {x.scope.split(",")[0] for x in prefill} == {"arm default", "arm backend-sampling", "arm kv-unified"}
+    assert {(x.arm, x.batch) for x in prefill} == {(a, b) for a in ("default", "backend-sampling", "kv-unified")
+                                                   for b in campaign.batches if b > 1}
     assert all(x.outcome != v.NOT_MEASURED for x in prefill)
 
 
@@ -76,7 +81,7 @@ def test_an_arm_with_no_traced_arm_and_no_gpu_says_not_measured_without_a_key(pl
     from perflib.config import BackendSpec, ServerSpec
 
     cpu = BackendSpec(name="cpu", server=ServerSpec(preset="llama-server", build="cpu"))
-    from perflib.verdicts.evaluate import profiler_hint
+    from perflib.verdicts.scopes import profiler_hint
 
     assert profiler_hint(cpu) is None
     assert profiler_hint(replace(cpu, server=ServerSpec(preset="vllm"))) == "torch"

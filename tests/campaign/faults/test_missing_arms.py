@@ -31,9 +31,10 @@ def test_campaign_report_with_a_compared_arm_that_has_no_runs(tmp_path, capsys):
     page = next((tmp_path / "r").glob("sample-*.md")).read_text()
     assert "Traceback" not in capsys.readouterr().err
     assert "No complete run yet of arm c: not measured, left out of the tables and figures." in page
-    assert "| after → c | " in page and "not measured: no runs of arm c yet" in page  # the before/after cells
+    # each arm against the first compared arm, its baseline: c's before/after cells say it has no runs
+    assert "| c vs before | " in page and "not measured: no runs of arm c yet" in page
     assert "not measured (no runs of arm c on backend cpu yet)" in page  # its verdicts and the gate
-    assert "before → after" in page and "![" in page  # the arms that have runs are compared, with the figure
+    assert "| after vs before | " in page and "![" in page  # the arms that have runs are compared, with the figure
 
 
 def test_two_runners_that_split_a_three_arm_campaign_each_write_the_page(tmp_path):

@@ -1,0 +1,87 @@
+"""A decode window whenever decode happened (issue 27, DESIGN.md): long prefills staggered so that the first
+requests finish before the last starts decoding, and streams that arrive in one chunk, are read over the
+run's decode span from the server side, say which window and why, and are never a lost trace."""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+import pytest
+import synthetic
+
+from perflib import derive, rundir, runs
+from perflib.campaign import load_campaign
+
+
+@pytest.fixture(scope="module")
+def staggered(tmp_path_factory):
+    campaign = load_campaign(synthetic.shapes_campaign(tmp_path_factory.mktemp("staggered")))
+    return campaign, derive.build(campaign)
+
+
+@pytest.fixture(scope="module")
+def coalesced(tmp_path_factory):
+    campaign = load_campaign(synthetic.shapes_campaign(tmp_path_factory.mktemp("coalesced"), coalesced=True))
+    return campaign, derive.build(campaign)
+
+
+def test_staggered_levels_say_why_suggest_decode_tokens_and_lose_no_trace(staggered):
+    campaign, tables = staggered
+    frame = tables.runs
+    assert (frame["trace_loss"].fillna("") == "").all()  # the traced arm's traces are whole: nothing lost
+    for row in frame.itertuples(index=False):
+        run_dir = rundir.campaign_run_dir(campaign.data_dir, campaign.name, row.arm, row.backend, row.batch,
+                                          row.context, row.repeat)
+        records = rundir.read_requests(run_dir / rundir.REQUESTS)
+        stagger = max(r["first_token_ns"] for r in records) - min(r["last_token_ns"] for r in records)
+        if stagger < 0:  # ~1K, and every batch 1: a window with every request decoding
+            assert row.decode_window == runs.ALL_DECODING and row.steady_step_ms > 0
+            continue
+        assert (row.batch, row.context) == (4, 16384)
+        assert row.decode_window == runs.DECODE_SPAN and pd.isna(row.steady_step_ms)
+        why = f"requests staggered: the last first token came {stagger / 1e9:.1f} s after the first request finished"
+        assert row.decode_window_why == why and row.steady_step_reason == why
+        # the first request must decode through the stagger at the counter step, then 8 steps with all decoding
+        expected = campaign.decode_tokens + math.ceil(stagger / 1e6 / row.decode_step_ms) + runs.MIN_STEADY_SAMPLES
+        assert row.suggested_decode_tokens == expected
+        assert row.prefill_share == pytest.approx(1.0) and pd.isna(row.own_step_share)
+    traced = tables.trace_runs.set_index(["batch", "context", "repeat"])
+    assert set(traced.loc[(4, 16384), "window"]) == {"decode span"}
+    assert set(traced.loc[(4, 1024), "window"]) == {"decode window"}
+    assert all(w.startswith("requests staggered") for w in traced.loc[(4, 16384), "window_why"])
+
+
+def test_a_stream_in_one_chunk_is_said_and_decode_tok_s_is_not_made_up(coalesced):
+    campaign, tables = coalesced
+    frame = tables.runs
+    assert (frame["trace_loss"].fillna("") == "").all()
+    for row in frame.itertuples(index=False):
+        assert pd.isna(row.steady_step_ms) and pd.isna(row.decode_tok_s)
+        tokens = f"stream coalesced: {campaign.decode_tokens} tokens in 1 chunk"
+        assert row.steady_step_reason.startswith(tokens) and row.decode_tok_s_reason.startswith(tokens)
+        assert row.decode_step_ms > 0  # the server's counters measured the decode
+        assert row.decode_window == (runs.REQUEST_SPAN if row.batch == 1 else runs.DECODE_SPAN)
+    assert len(tables.trace_runs) == len(frame[frame["arm"] == "slots-traced"])
+
+
+def test_client_window_kinds():
+    ms = synthetic.MS
+    overlapping = synthetic.requests_of([10.0, 30.0], 16, 2.0)
+    window = runs.client_window(overlapping)
+    assert (window.kind, window.why, window.stagger_ns) == (runs.ALL_DECODING, "", None)
+    assert (window.start_ns, window.end_ns) == (overlapping[1]["first_token_ns"], overlapping[0]["last_token_ns"])
+    apart = synthetic.requests_of([10.0, 500.0], 16, 2.0)
+    window = runs.client_window(apart)
+    assert window.kind == runs.DECODE_SPAN and window.stagger_ns == 500 * ms - (10 + 15 * 2) * ms
+    assert window.why == "requests staggered: the last first token came 460 ms after the first request finished"
+    assert runs.overlap_decode_tokens(window, 2.0, 16) == 16 + 230 + runs.MIN_STEADY_SAMPLES
+    one = synthetic.requests_of([10.0], 64, 2.0, chunk_tokens=64)
+    window = runs.client_window(one)
+    assert window.kind == runs.REQUEST_SPAN and window.why.startswith("stream coalesced: 64 tokens in 1 chunk;")
+    assert runs.overlap_decode_tokens(window, 2.0, 64) is None  # more tokens would not uncoalesce a stream
+    partly = synthetic.requests_of([10.0, 12.0], 64, 2.0, chunk_tokens=16)  # 4 chunks of 16 tokens
+    window = runs.client_window(partly)
+    assert window.kind == runs.ALL_DECODING and not window.client_steps
+    assert window.coalesced == "64 tokens in 4 chunks (the median of 2 requests)"
+    assert runs.client_window([{"first_token_ns": None, "last_token_ns": None}]) is None
