@@ -32,7 +32,7 @@ from perflib.version import __version__
 if TYPE_CHECKING:
     import pandas as pd
 
-ATTRIBUTION_VERSION = 1
+ATTRIBUTION_VERSION = 2
 """Raised whenever attribution, its windows or this stored form change what a run's tables hold."""
 
 TABLES = ("trace_runs", "classes", "kernels", "gaps", "steps")

@@ -8,6 +8,8 @@
 - `level`: a run folder's window and step count, as the campaign page reads them.
 - `summary`: `summarize(trace, window, classes, steps)` → `TraceSummary` (GPU busy, host gaps by
   size, largest gaps, per-step figures, time by kernel and by kernel class).
+- `samples`: a sampling profile's window (`perf` samples) split into compute, thread synchronisation
+  and host work, as sampled estimates with binomial intervals.
 - `codes`: kinds and kernel names of a dispatch table as integer codes.
 
 The interval union they stand on is `perflib.intervals`.
@@ -21,8 +23,19 @@ from perflib.attribution.markers import (
     window_from_step_annotations,
 )
 from perflib.attribution.rhythm import MIN_STEPS
+from perflib.attribution.samples import SampleSplit, interval, sampled_label, share_text
 from perflib.attribution.steps import StepCount, StepSplit, find_steps
-from perflib.attribution.summary import GAP_BUCKETS, TraceSummary, busy_ns, gap_buckets, summarize
+from perflib.attribution.summary import (
+    GAP_BUCKETS,
+    WORK_CPU_OPS,
+    WORK_GPU,
+    WORK_SAMPLES,
+    WORK_WORDS,
+    TraceSummary,
+    busy_ns,
+    gap_buckets,
+    summarize,
+)
 from perflib.attribution.windows import (
     DEFAULT_STEP_MARKER,
     Coverage,
@@ -40,9 +53,10 @@ from perflib.attribution.windows import (
 )
 
 __all__ = [
-    "DEFAULT_STEP_MARKER", "ENGINE_FAMILIES", "GAP_BUCKETS", "MIN_STEPS", "Coverage", "DecodeWindow", "LevelWindow", "StepCount",
-    "StepFamily", "StepSplit", "TraceSummary", "Window", "busy_ns", "coverage", "decode_window_from_run", "find_steps",
-    "gap_buckets", "manifest_window", "marked_steps", "parse_window", "run_window", "summarize", "trace_span",
+    "DEFAULT_STEP_MARKER", "ENGINE_FAMILIES", "GAP_BUCKETS", "MIN_STEPS", "WORK_CPU_OPS", "WORK_GPU", "WORK_SAMPLES",
+    "WORK_WORDS", "Coverage", "DecodeWindow", "LevelWindow", "SampleSplit", "StepCount", "StepFamily", "StepSplit",
+    "TraceSummary", "Window", "busy_ns", "coverage", "decode_window_from_run", "find_steps", "gap_buckets", "interval",
+    "sampled_label", "share_text", "manifest_window", "marked_steps", "parse_window", "run_window", "summarize", "trace_span",
     "window_from_clocks", "window_from_manifest", "window_from_marker", "window_from_range",
     "window_from_step_annotations", "window_from_step_markers",
 ]

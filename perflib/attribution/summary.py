@@ -16,6 +16,7 @@ import numpy as np
 import pandas as pd
 
 from perflib import classes as class_mod
+from perflib.attribution import samples as sampled
 from perflib.attribution.codes import kernel_codes, kind_codes
 from perflib.attribution.steps import StepCount, StepSplit, find_steps
 from perflib.attribution.windows import Window, dispatches_of, empty_window_error, trace_span
@@ -32,6 +33,26 @@ GAP_BUCKETS: tuple[tuple[str, int, int | None], ...] = (
 """Gap-size buckets `[low, high)` in ns, as in lablup/mlxcel `scripts/rocm_decode_gaps.py`."""
 
 _NS_PER_MS = 1e6
+WORK_GPU, WORK_CPU_OPS, WORK_SAMPLES = "GPU kernels", "CPU operators", "CPU samples"
+"""What a summary's busy time is (`TraceSummary.work`)."""
+
+
+WORK_WORDS: dict[str, dict[str, str]] = {
+    WORK_GPU: {"busy": "GPU busy", "gap": "host gap", "unit": "kernel", "units": "dispatches"},
+    WORK_CPU_OPS: {"busy": "CPU busy (model operators)", "gap": "host time", "unit": "operator", "units": "operators"},
+    WORK_SAMPLES: {"busy": "compute", "gap": "sync + host", "unit": "function", "units": "samples"},
+}
+"""How each kind of work is said: its busy time, the rest of the window, one item, the items."""
+
+
+def work_of(dispatches: pd.DataFrame) -> str:
+    """`CPU samples` for a sampling profile, `CPU operators` where every row is a CPU operator (kind
+    `cpu_op`), else `GPU kernels`."""
+    if sampled.is_sampled(dispatches):
+        return WORK_SAMPLES
+    if len(dispatches) and "kind" in dispatches and bool((dispatches["kind"].astype(str) == "cpu_op").all()):
+        return WORK_CPU_OPS
+    return WORK_GPU
 
 
 def _clip(dispatches: pd.DataFrame, window: Window) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -89,6 +110,22 @@ class TraceSummary:
     meta: dict[str, Any] = field(default_factory=dict)
     steps_guessed: bool = False
     """The step count is the dispatch rhythm's guess (`perflib.attribution.rhythm`), not marked or counted."""
+    sampling: sampled.SampleSplit | None = None
+    """A sampling profile's split of the window (`perflib.attribution.samples`): its figures are sampled
+    estimates; None for a trace of intervals."""
+    work: str = WORK_GPU
+    """What the busy time is: `GPU kernels`, `CPU operators` (a trace without GPU work whose model
+    operators stand for the device's) or `CPU samples` (a sampling profile)."""
+
+    @property
+    def extras(self) -> dict[str, Any]:
+        """The trace_runs columns beyond the schema's: what the work is and, for samples, their split."""
+        out: dict[str, Any] = {"work": self.work}
+        if self.sampling is not None:
+            s = self.sampling
+            out.update(samples=s.samples, compute_samples=s.compute, sync_samples=s.sync, host_samples=s.host,
+                       decode_threads=s.threads, sample_hz=s.sample_hz, sample_event=s.event)
+        return out
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready: scalars, gap buckets, top-N gaps and kernels, all classes; NaN becomes null."""
@@ -112,6 +149,7 @@ class TraceSummary:
             "kernels": _records(self.kernels.head(self.top)),
             "kernels_total": int(len(self.kernels)),
             "straddling_start": self.meta.get("straddling_start"),
+            **self.extras,
         }
 
 
@@ -242,6 +280,24 @@ def _in_window(dispatches: pd.DataFrame, window: Window) -> tuple[pd.DataFrame, 
     return dispatches, s, e, straddling
 
 
+def _sampled_summary(w: sampled.SampledWindow, window: Window, top: int) -> TraceSummary:
+    """The summary of a sampled window: its figures scaled from the samples (no gaps to size, no step
+    boundaries: a profile marks none)."""
+    per_step = w.steps
+    return TraceSummary(
+        window=window, dispatches=w.samples, window_ms=w.window_ms, busy_ms=w.busy_ms, gap_ms=w.window_ms - w.busy_ms,
+        busy_share=w.split.compute / w.samples if w.samples else None,
+        gap_buckets=gap_buckets(np.empty(0, dtype=np.int64)).iloc[0:0],
+        largest_gaps=pd.DataFrame(columns=["offset_ms", "gap_ms", "kernel"]),
+        steps=per_step, step_method=w.step_method,
+        busy_ms_per_step=w.busy_ms / per_step if per_step else None,
+        gap_ms_per_step=(w.window_ms - w.busy_ms) / per_step if per_step else None,
+        dispatches_per_step=w.samples / per_step if per_step else None,
+        step_table=pd.DataFrame(columns=_STEP_COLUMNS), classes=w.classes, kernels=w.kernels,
+        class_table=w.class_table, top=int(top), meta={"straddling_start": 0}, sampling=w.split, work=WORK_SAMPLES,
+    )
+
+
 def summarize(
     trace: Any,
     window: Window | None = None,
@@ -266,6 +322,9 @@ def summarize(
     """
     dispatches = dispatches_of(trace)
     window = window or trace_span(dispatches)
+    if sampled.is_sampled(dispatches):  # samples are counted, not unioned (perflib.attribution.samples)
+        return _sampled_summary(sampled.split_window(trace, dispatches, window, classes, steps), window, top)
+    work = work_of(dispatches)
     dispatches, s, e, straddling = _in_window(dispatches, window)
     n = int(s.size)
     gs, ge, first = union_intervals(s, e)
@@ -307,4 +366,5 @@ def summarize(
         top=int(top),
         meta={"straddling_start": straddling},
         steps_guessed=bool(split is not None and split.guessed),
+        work=work,
     )

@@ -226,24 +226,31 @@ def format_summary(summary, trace) -> str:  # noqa: ANN001 - TraceSummary, Trace
     # late: tabulate (21 ms) only for the printed table, not --json; classes is loaded by now (run_summary)
     from tabulate import tabulate
 
+    from perflib.attribution.summary import WORK_WORDS  # loaded by now (run_summary)
     from perflib.classes import base_name
 
     s = summary
+    words = WORK_WORDS[s.work]
+    estimate = f" ({s.sampling.label()})" if s.sampling is not None else ""
     lines = [
         f"trace    {trace.path}  ({trace.source}, clock {trace.clock})",
         f"window   {s.window.label}: [{s.window.start_ns}, {s.window.end_ns}) ns",
-        f"dispatches {s.dispatches}   window {s.window_ms:.3f} ms   GPU busy {s.busy_ms:.3f} ms   "
-        f"host gap {s.gap_ms:.3f} ms   busy share {_f(None if s.busy_share is None else 100 * s.busy_share, '{:.1f}', ' %')}",
+        f"{words['units']} {s.dispatches}   window {s.window_ms:.3f} ms   {words['busy']} {s.busy_ms:.3f} ms   "
+        f"{words['gap']} {s.gap_ms:.3f} ms   busy share {_f(None if s.busy_share is None else 100 * s.busy_share, '{:.1f}', ' %')}"
+        + estimate,
     ]
+    if s.sampling is not None:
+        lines.append(f"samples  {s.sampling.describe()}")
     if s.steps:
         lines.append(
             f"steps    {s.steps}, steps from {s.step_method}   per step: busy {_f(s.busy_ms_per_step, unit=' ms')}   "
-            f"gap {_f(s.gap_ms_per_step, unit=' ms')}   dispatches {_f(s.dispatches_per_step, '{:.1f}')}"
+            f"gap {_f(s.gap_ms_per_step, unit=' ms')}   {words['units']} {_f(s.dispatches_per_step, '{:.1f}')}"
         )
     else:
         lines.append("steps    n/a (no step ranges, no request records and no step rhythm found; pass --steps N)")
-    lines += ["", "host gaps by size"]
-    lines.append(tabulate(
+    if len(s.gap_buckets):
+        lines += ["", "host gaps by size"]
+    lines.append("" if not len(s.gap_buckets) else tabulate(
         [[r.bucket, r.count, f"{r.gap_ms:.3f}", f"{100 * r.gap_ms / s.gap_ms:.1f}" if s.gap_ms > 0 else "n/a"]
          for r in s.gap_buckets.itertuples()],
         headers=["bucket", "gaps", "gap ms", "% of gap"], tablefmt="simple", disable_numparse=True,
@@ -255,18 +262,20 @@ def format_summary(summary, trace) -> str:  # noqa: ANN001 - TraceSummary, Trace
             headers=["at ms", "gap ms", "ended by"], tablefmt="simple", disable_numparse=True,
         ))
     per_step = "ms/step" if s.steps else "ms/step (n/a)"
-    lines += ["", f"kernel classes (table {s.class_table})"]
+    lines += ["", f"{words['unit']} classes (table {s.class_table})"]
     lines.append(tabulate(
         [[r.kernel_class, f"{r.time_ms:.3f}", r.count, _f(None if r.ms_per_step != r.ms_per_step else r.ms_per_step),
           f"{100 * r.share:.1f}"] for r in s.classes.itertuples()],
-        headers=["class", "time ms", "count", per_step, "% kernel time"], tablefmt="simple", disable_numparse=True,
+        headers=["class", "time ms", "count", per_step, f"% {words['unit']} {'samples' if s.sampling else 'time'}"],
+        tablefmt="simple", disable_numparse=True,
     ))
-    lines += ["", f"top kernels ({min(s.top, len(s.kernels))} of {len(s.kernels)})"]
+    lines += ["", f"top {words['unit']}s ({min(s.top, len(s.kernels))} of {len(s.kernels)})"]
     lines.append(tabulate(
         [[base_name(r.kernel)[:60], r.kernel_class, f"{r.time_ms:.3f}", r.count,
           _f(None if r.ms_per_step != r.ms_per_step else r.ms_per_step), f"{100 * r.share:.1f}"]
          for r in s.kernels.head(s.top).itertuples()],
-        headers=["kernel", "class", "time ms", "count", per_step, "% kernel time"], tablefmt="simple",
+        headers=[words["unit"], "class", "time ms", "count", per_step,
+                 f"% {words['unit']} {'samples' if s.sampling else 'time'}"], tablefmt="simple",
         disable_numparse=True,
     ))
     return "\n".join(lines)

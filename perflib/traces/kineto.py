@@ -1,7 +1,8 @@
 """PyTorch profiler / Kineto JSON from CUDA and ROCm builds, gzipped or not (FORMATS.md §3).
 
 One `json.loads`, one pass that buckets the `ph: X` events by `cat`, then one comprehension per
-column. GPU work is `cat` in kernel / gpu_memcpy / gpu_memset; the API table is cuda_runtime and
+column. GPU work is `cat` in kernel / gpu_memcpy / gpu_memset (a trace without any, from PyTorch on the
+CPU, has the model's `cpu_op` operators as its dispatches instead: `perflib.traces.kineto_cpu`); the API table is cuda_runtime and
 cuda_driver (HIP names in ROCm builds); markers are user_annotation and gpu_user_annotation.
 The read has two halves: `extract` (plain Python, column lists) and `build` (numpy and pandas);
 `extract_lean` is the first half at C speed for the lean tables, which `kineto_stream` runs per chunk.
@@ -419,6 +420,7 @@ def build(cols: dict[str, Any], path: Path) -> Trace:
 
 
 def read_kineto(path: Path) -> Trace:
-    """A Kineto trace (`.json` / `.json.gz`) -> Trace."""
+    """A Kineto trace (`.json` / `.json.gz`) -> Trace (its GPU work; `kineto_stream.read` adds a CPU trace's
+    operators)."""
     path = Path(path)
     return build(extract(load_json(path), path), path)
