@@ -60,7 +60,8 @@ def interval(k: float, n: float, z: float = Z95) -> tuple[float, float] | None:
     z2 = z * z
     centre = (p + z2 / (2 * n)) / (1 + z2 / n)
     half = z * math.sqrt(p * (1 - p) / n + z2 / (4 * n * n)) / (1 + z2 / n)
-    return max(0.0, centre - half), min(1.0, centre + half)
+    lo, hi = max(0.0, centre - half), min(1.0, centre + half)
+    return 0.0 if k <= 0 else lo, 1.0 if k >= n else hi  # exact at the ends (no rounding residue)
 
 
 def is_sampled(dispatches: pd.DataFrame) -> bool:

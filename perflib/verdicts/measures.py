@@ -486,14 +486,6 @@ def class_scaling(tables: DerivedTables, scope: Scope) -> Measured:
                                   f"{_classes_label(scope)}")
     if not sums_1["ms_per_step"]:
         return Measured(None, "", f"no {_classes_label(scope)} kernel at batch 1 to scale from")
-    if not sums_b["ms_per_step"]:  # the batch-B step runs none of them: they cannot grow with the batch
-        top = _top_class(tables, scope)
-        instead = f"; its largest class is {top}" if top else ""
-        return Measured(0.0, f"no {_classes_label(scope)} kernel in the batch-{b} step (0 ms per step, against "
-                             f"{sums_1['ms_per_step']:.2f} ms at batch 1{instead}): 0.00 of linear"
-                             f"{sums_b['guess'] or sums_1['guess']}")
-    ratio = sums_b["ms_per_step"] / sums_1["ms_per_step"]
-    value = ratio / b
     pooled_b, pooled_1 = _sampled(tables, scope), _sampled(tables, scope, 1)
     sampled = ""
     if pooled_b is not None and pooled_1 is not None:  # CPU samples: each ms per step is a sampled estimate
@@ -503,6 +495,16 @@ def class_scaling(tables: DerivedTables, scope: Scope) -> Measured:
         k_1 = _pooled(mine[mine["batch"].astype(str) == "1"], "count") if len(mine) else 0.0
         sampled = (f" ({pooled_b['label']}: {k_b:,.0f} of {pooled_b['samples']:,.0f} samples at batch {b}, "
                    f"{k_1:,.0f} of {pooled_1['samples']:,.0f} at batch 1)")
+    if not sums_b["ms_per_step"]:  # the batch-B step runs none of them: they cannot grow with the batch
+        top = _top_class(tables, scope)
+        instead = f"; its largest class is {top}" if top else ""
+        if sampled:
+            instead = instead.replace("kernel time", "compute samples")
+        return Measured(0.0, f"no {_classes_label(scope)} kernel in the batch-{b} step (0 ms per step, against "
+                             f"{sums_1['ms_per_step']:.2f} ms at batch 1{instead}): 0.00 of linear"
+                             f"{sums_b['guess'] or sums_1['guess']}{sampled}")
+    ratio = sums_b["ms_per_step"] / sums_1["ms_per_step"]
+    value = ratio / b
     return Measured(value, f"{_classes_label(scope)} {sums_b['ms_per_step']:.1f} ms per step at batch {b} over "
                            f"{sums_1['ms_per_step']:.1f} at batch 1: {ratio:.2f}x for a {b}x batch "
                            f"({value:.2f} of linear){sums_b['guess'] or sums_1['guess']}{sampled}")
