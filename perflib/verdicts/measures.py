@@ -46,7 +46,7 @@ class Scope:
     trace_from: str | None = None
     """The traced arm whose traces a trace measurement of this arm reads (`trace_scope`), or None."""
     trace_hint: str | None = None
-    """The `profiler.kind` to suggest where this arm has no trace and no traced arm (None: no GPU to trace)."""
+    """The `profiler.kind` to suggest where this arm has no trace and no traced arm (None: none to suggest)."""
 
     def describe(self) -> str:
         arm = f"{self.arm} (trace from {self.trace_from})" if self.arm and self.trace_from else self.arm
