@@ -138,24 +138,28 @@ def parse(lines: Iterable[str], path: Path) -> _Samples:
     `InputError` naming its line."""
     out = _Samples()
     frames: list[tuple[str, str]] = []
-    open_sample = False
+    open_sample = decided = False  # decided: the frame that names the open sample is read (`_name`)
+    kernel_tail = f"({KERNEL_DSO})"
 
     def close() -> None:
         out.name.append(_name(frames))
 
     for number, raw in enumerate(lines, 1):
+        if raw[:1] == "\t":  # a frame of the open sample's call chain (perf prints them tab-indented)
+            if open_sample and not decided:
+                in_kernel = raw.rstrip().endswith(kernel_tail)
+                if not frames or not in_kernel:  # the leaf, then the first frame outside the kernel
+                    frame = _frame(raw)
+                    if frame is not None:
+                        frames.append(frame)
+                        decided = not in_kernel
+            continue
         line = raw.rstrip("\n")
         if not line.strip():
             continue
         if line.startswith("#"):
             if not out.time:
                 out.header.append(line)
-            continue
-        if line[0] == "\t":  # a frame of the open sample's call chain (perf prints them tab-indented)
-            if open_sample:
-                frame = _frame(line)
-                if frame is not None:
-                    frames.append(frame)
             continue
         found = SAMPLE_LINE.match(line)
         if found is None:
@@ -164,20 +168,22 @@ def parse(lines: Iterable[str], path: Path) -> _Samples:
                 continue
             if open_sample and _FRAME.match(line):
                 frame = _frame(line)
-                if frame is not None:
+                if frame is not None and not decided and (not frames or frame[1] != KERNEL_DSO):
                     frames.append(frame)
+                    decided = frame[1] != KERNEL_DSO
                 continue
             raise InputError(path, f"line {number}", "a perf script sample line `COMM PID/TID TIME: PERIOD EVENT:` "
                              "or a frame of its call chain", repr(line[:80]))
         if open_sample:
             close()
-        open_sample = True
+        open_sample, decided = True, False
         frames = []
         rest = found.group("rest")
         if rest:
             frame = _frame(rest)
             if frame is not None:
                 frames.append(frame)
+                decided = frame[1] != KERNEL_DSO
         tid = int(found.group("tid"))
         out.time.append(_ns(found.group("sec"), found.group("frac")))
         out.period.append(int(found.group("period")) if found.group("period") else -1)
