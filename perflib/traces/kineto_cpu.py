@@ -115,12 +115,11 @@ def _outermost(start: np.ndarray, end: np.ndarray, tid: np.ndarray) -> np.ndarra
     keep = np.zeros(start.size, dtype=bool)
     running, last = 0, None
     for i in order.tolist():
-        if tid[i] != last or end[i] > running:
-            keep[i] = tid[i] != last or start[i] >= running or end[i] > running
-        if tid[i] != last:
-            running, last = int(end[i]), tid[i]
-        else:
-            running = max(running, int(end[i]))
+        if tid[i] != last:  # a thread's first row
+            keep[i], running, last = True, int(end[i]), tid[i]
+            continue
+        keep[i] = bool(start[i] >= running or end[i] > running)  # after the rows before it, or not within them
+        running = max(running, int(end[i]))
     return keep
 
 
