@@ -8,6 +8,7 @@ a million rows take seconds.
 - `kineto`: PyTorch profiler (Kineto) JSON.
 - `nsys`: Nsight Systems `nsys export --type sqlite` (2022 and 2024 export generations).
 - `cupti_text`: the CUPTI activity text the CUDA sample `cupti_trace_injection` prints.
+- `perf_script`: `perf script` text, one sample a row.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from perflib.traces.writers.common import GUID, HOST_AGENT
 from perflib.traces.writers.cupti_text import write_cupti_text
 from perflib.traces.writers.kineto import write_kineto_json
 from perflib.traces.writers.nsys import write_nsys_sqlite
+from perflib.traces.writers.perf_script import write_perf_script
 from perflib.traces.writers.rocpd import write_rocpd
 from perflib.traces.writers.rocprof_csv import (
     KERNEL_HEADERS,
@@ -30,7 +32,7 @@ from perflib.traces.writers.rocprof_csv import (
 from perflib.traces.writers.rocprof_json import write_rocprof_json
 
 __all__ = ["GUID", "HOST_AGENT", "KERNEL_HEADERS", "write_all", "write_cupti_text", "write_kernel_trace_csv",
-           "write_kineto_json", "write_memory_copy_trace_csv", "write_nsys_sqlite", "write_rocpd",
+           "write_kineto_json", "write_memory_copy_trace_csv", "write_nsys_sqlite", "write_perf_script", "write_rocpd",
            "write_rocprof_json"]
 
 
