@@ -56,6 +56,7 @@ PERF_DATA_MAGIC = b"PERFILE2"
 SCRIPT_FIELDS = "comm,pid,tid,time,period,event,ip,sym,dso"
 """The fields perflib asks `perf script` for (`script_args`)."""
 KERNEL_DSO = "[kernel.kallsyms]"
+INT64_MAX = 2**63 - 1
 CLOCK_IDS = {0: "realtime", 1: "monotonic", 4: "monotonic", 7: "boottime"}
 """`clockid` of a `perf record -k` header: CLOCK_REALTIME, CLOCK_MONOTONIC, CLOCK_MONOTONIC_RAW, CLOCK_BOOTTIME."""
 
@@ -184,10 +185,15 @@ def parse(lines: Iterable[str], path: Path) -> _Samples:
             if frame is not None:
                 frames.append(frame)
                 decided = frame[1] != KERNEL_DSO
-        tid = int(found.group("tid"))
-        out.time.append(_ns(found.group("sec"), found.group("frac")))
-        out.period.append(int(found.group("period")) if found.group("period") else -1)
-        out.pid.append(int(found.group("pid")) if found.group("pid") else -1)
+        tid, time = int(found.group("tid")), _ns(found.group("sec"), found.group("frac"))
+        period = int(found.group("period")) if found.group("period") else -1
+        pid = int(found.group("pid")) if found.group("pid") else -1
+        if not (time <= INT64_MAX and period < time and max(abs(tid), abs(pid)) <= INT64_MAX):
+            raise InputError(path, f"line {number}", "a sample time, period and ids whose ns fit int64 (a period "
+                             "shorter than the time)", repr(line[:80]))
+        out.time.append(time)
+        out.period.append(period)
+        out.pid.append(pid)
         out.tid.append(tid)
         out.line.append(number)
         event = found.group("event")

@@ -103,6 +103,9 @@ def test_a_line_that_is_no_sample_is_named(tmp_path):
     path.write_text("bash 1/1 10.000000001: 1000 cpu-clock:\n\t 1 f (/x)\nnot a sample at all\n")
     with pytest.raises(InputError, match=r"line 3.*perf script sample line"):
         read_trace(path)
+    path.write_text("bash 1/1 99999999999999999999.000000001: 1000 cpu-clock:\n\t 1 f (/x)\n")
+    with pytest.raises(InputError, match=r"line 1.*whose ns fit int64"):  # never a wrapped time
+        read_trace(path)
 
 
 @pytest.mark.skipif(shutil.which("perf") is None, reason="perf is not installed")
