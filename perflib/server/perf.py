@@ -1,7 +1,8 @@
 """The `perf` profiler kind: Linux `perf record` samples a native CPU server (llama-server on the CPU) for
 its whole life, and `perf script` turns the samples into text that `perflib.traces` reads.
 
-- Wrap: `perf record -e cpu-clock -F 999 -g -k CLOCK_MONOTONIC -o DIR/perf.data [profiler.args] -- <server>`.
+- Wrap: `perf record -e cpu-clock -F 999 -g -k CLOCK_MONOTONIC --no-buildid -o DIR/perf.data [profiler.args]
+  -- <server>`, given at least `GRACE_S` to stop.
   `cpu-clock` is a software event (the kernel's timer), which `perf_event_open` allows in VMs and
   containers without hardware counters; 999 Hz keeps the overhead near 0.1% of a core a thread and
   stays off the kernel's timer tick; `-g` records the call chain, of which only the user function
@@ -29,8 +30,13 @@ from perflib.errors import PerflibError
 KIND = "perf"
 DATA, SCRIPT, SCRIPT_LOG = "perf.data", "perf-script.txt", "perf-script.log"
 FREQUENCY_HZ = 999
-RECORD = ("record", "-e", "cpu-clock", "-F", str(FREQUENCY_HZ), "-g", "-k", "CLOCK_MONOTONIC")
-"""`perf record`'s options before the output file and `profiler.args`."""
+RECORD = ("record", "-e", "cpu-clock", "-F", str(FREQUENCY_HZ), "-g", "-k", "CLOCK_MONOTONIC", "--no-buildid")
+"""`perf record`'s options before the output file and `profiler.args`. `--no-buildid`: perf skips reading
+every sample again at its exit to collect the binaries' build ids (seconds on a loaded machine, inside the
+server's grace period); `perf script` finds the symbols by the binaries' paths, unchanged since."""
+GRACE_S = 30.0
+"""The least grace period a perf-wrapped server gets at its stop: perf writes perf.data's header once its
+child has exited, and a SIGKILL before that leaves a file perf script refuses (data size 0)."""
 SCRIPT_FIELDS = "comm,pid,tid,time,period,event,ip,sym,dso"
 """What `perf script` prints of each sample (`perflib.traces.perf_script` reads these, and more)."""
 PARANOID = Path("/proc/sys/kernel/perf_event_paranoid")

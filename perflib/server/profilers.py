@@ -5,7 +5,7 @@
 | `rocprofv3` | wraps the server: `rocprofv3 --kernel-trace --stats -f csv -d DIR -o trace -- <server>` | DIR, its files found by rocprofv3's own suffixes |
 | `cupti` | injects `CUDA_INJECTION64_PATH=<library>`. perflib's own library (the default) writes the records to `PERFLIB_CUPTI_OUTPUT` and its counts to `PERFLIB_CUPTI_STATS`; the CUDA sample (`library: sample`) prints them on stdout | `DIR/cupti.txt` (the server's log kept apart) and, from perflib's library, `DIR/cupti-stats.json` |
 | `nsys` | wraps the server: `nsys profile -o DIR/capture <server>`, then `nsys export --type sqlite` | `DIR/capture.sqlite` |
-| `perf` | wraps the server: `perf record -e cpu-clock -F 999 -g -k CLOCK_MONOTONIC -o DIR/perf.data -- <server>` (`perflib.server.perf`) | `DIR/perf-script.txt`, `perf script` of DIR/perf.data |
+| `perf` | wraps the server: `perf record -e cpu-clock -F 999 -g -k CLOCK_MONOTONIC --no-buildid -o DIR/perf.data -- <server>` (`perflib.server.perf`), at least 30 s to stop | `DIR/perf-script.txt`, `perf script` of DIR/perf.data |
 | `torch` | the server's own PyTorch profiler, its folder in the preset's variable (vLLM `VLLM_TORCH_PROFILER_DIR`, SGLang `SGLANG_TORCH_PROFILER_DIR`); `POST /start_profile` and `/stop_profile` around each level | one Kineto file per level |
 | `none` | nothing | nothing |
 
@@ -129,6 +129,12 @@ class Capture:
             env[self.torch_env] = str(self.directory)
             return argv, env, None
         return argv, env, None
+
+    @property
+    def grace_s(self) -> float:
+        """The least grace period the profiler needs at the server's stop to write its capture (perf:
+        `perf.GRACE_S`); 0 where the campaign's is enough."""
+        return perf.GRACE_S if self.kind == perf.KIND else 0.0
 
     def cupti_stats(self) -> dict | None:
         """cupti: the counts perflib's library wrote beside the records (`read_cupti_stats`); None for

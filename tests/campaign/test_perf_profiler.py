@@ -50,6 +50,7 @@ def test_a_perf_traced_arm_decides_every_candidate_on_the_cpu(tmp_path: Path, ll
     assert (capture / "perf.data").stat().st_size > 0 and (capture / "perf-script.txt.gz").is_file()  # cut, gzipped
     (start,) = rundir.server_starts(arm_dir / "server.json")
     assert start["argv"][:3] == [shutil.which("perf"), "record", "-e"] and start["losses"] == []
+    assert start["grace_s"] == 30.0 and not start.get("killed")  # perf had time to write perf.data whole
     for run in ("b1_c32_r1", "b2_c32_r1"):
         manifest = rundir.read_manifest(arm_dir / run)
         assert manifest["trace_path"] == "trace.parquet" and manifest["trace_cut"]["source"] == "perf-script"

@@ -22,9 +22,12 @@ needs_perf = pytest.mark.skipif(shutil.which("perf") is None, reason="perf is no
 def test_the_server_runs_under_perf_record_on_the_monotonic_clock(tmp_path):
     capture = Capture("perf", tmp_path / "capture", args=("-F", "4999"))
     argv, env, stdout = capture.wrap(("llama-server", "-m", "model.gguf"), {"A": "1"})
-    assert argv[0] == shutil.which("perf") and argv[1:9] == perf.RECORD
-    assert argv[9:11] == ("-o", str(tmp_path / "capture" / "perf.data"))
-    assert argv[11:] == ("-F", "4999", "--", "llama-server", "-m", "model.gguf")  # the campaign's args after ours
+    n = len(perf.RECORD)
+    assert argv[0] == shutil.which("perf") and argv[1:n + 1] == perf.RECORD
+    assert {"cpu-clock", "CLOCK_MONOTONIC", "-g", "--no-buildid"} <= set(perf.RECORD)
+    assert argv[n + 1:n + 3] == ("-o", str(tmp_path / "capture" / "perf.data"))
+    assert argv[n + 3:] == ("-F", "4999", "--", "llama-server", "-m", "model.gguf")  # the campaign's args after ours
+    assert capture.grace_s == perf.GRACE_S and Capture("cupti", tmp_path).grace_s == 0.0
     assert env == {"A": "1"} and stdout is None and (tmp_path / "capture").is_dir()
     assert "perf" in LIVE_KINDS and "perf" in LIFETIME_KINDS
 
