@@ -31,6 +31,10 @@ busy_share as a fraction; the window's bounds in ns on the trace's clock):
   top kernels      the same per kernel name
   straddling       (JSON straddling_start) dispatches that began before the window: only
                    their part inside it counts
+on a CPU backend (JSON work): a PyTorch trace without GPU work counts the model's CPU
+operators as the busy work (CPU busy, host time); a perf profile (perf script text or
+perf.data) counts samples: compute, sync + host, each a sampled estimate, with the
+samples' split on the decode threads and a 95% interval per share
 """
 
 WINDOW_HELP = (
@@ -48,7 +52,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="window, GPU busy, host gaps by size, steps, top kernels and kernel classes",
         description=(
             "Summarise one window of a profiler trace (rocprofv3 CSV/JSON/rocpd or output directory, "
-            "Kineto JSON, Nsight Systems SQLite, ...): GPU busy = union of kernel, copy and fill "
+            "Kineto JSON, Nsight Systems SQLite, perf script, ...): GPU busy = union of kernel, copy and fill "
             "intervals clipped to the window; host gap = window - busy; gaps by size; per-step figures; "
             "time by kernel and by kernel class. Without a window option the window is the trace span."
         ),
