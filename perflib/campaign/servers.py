@@ -146,7 +146,7 @@ def plan_launch(campaign: Campaign, arm: ArmSpec, backend: BackendSpec, prepared
                     grace_s=max(shutdown.grace_s if shutdown else (preset.grace_s if preset else 10.0),
                                 capture.grace_s if capture else 0.0),  # a profiler's least (perf writes at exit)
                     kind=spec.preset or "command", model=prepared.model, version_argv=tuple(version),
-                    program_key=program_key)
+                    program_key=program_key, stop_leader=bool(capture and capture.stop_leader))
     return launch, capture
 
 

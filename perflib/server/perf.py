@@ -2,7 +2,8 @@
 its whole life, and `perf script` turns the samples into text that `perflib.traces` reads.
 
 - Wrap: `perf record -e cpu-clock -F 999 -g -k CLOCK_MONOTONIC --no-buildid -o DIR/perf.data [profiler.args]
-  -- <server>`, given at least `GRACE_S` to stop.
+  -- <server>`, given at least `GRACE_S` to stop. The stop signal goes to perf alone, which passes it
+  on to the server: llama-server takes a second SIGTERM as "terminate now" and aborts.
   `cpu-clock` is a software event (the kernel's timer), which `perf_event_open` allows in VMs and
   containers without hardware counters; 999 Hz keeps the overhead near 0.1% of a core a thread and
   stays off the kernel's timer tick; `-g` records the call chain, of which only the user function

@@ -136,6 +136,12 @@ class Capture:
         `perf.GRACE_S`); 0 where the campaign's is enough."""
         return perf.GRACE_S if self.kind == perf.KIND else 0.0
 
+    @property
+    def stop_leader(self) -> bool:
+        """Whether the stop signal goes to the profiler alone, which passes it on to the server: perf
+        record does, and llama-server aborts at a second SIGTERM (`Launch.stop_leader`)."""
+        return self.kind == perf.KIND
+
     def cupti_stats(self) -> dict | None:
         """cupti: the counts perflib's library wrote beside the records (`read_cupti_stats`); None for
         the CUDA sample and the other kinds."""

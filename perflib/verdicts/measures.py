@@ -186,6 +186,8 @@ def _no_trace(tables: DerivedTables, scope: Scope, batch: int | None = None) -> 
     if lost:  # a trace was made and lost, or does not cover its window: the page's first screen says why
         return Measured(None, "", f"no whole trace at {_where(scope, batch)}: {len(lost)} lost or cut short "
                                   "(see Trace lost)")
+    if (runs is None or not len(runs)) and _left_out(tables, scope, batch):  # traced, but never used
+        return _no_runs(scope, batch, tables)
     if scope.trace_note:
         return Measured(None, "", scope.trace_note)
     if scope.profiler in (None, "none") and scope.trace_hint and scope.arm:  # the key that would measure it

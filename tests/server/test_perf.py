@@ -28,6 +28,7 @@ def test_the_server_runs_under_perf_record_on_the_monotonic_clock(tmp_path):
     assert argv[n + 1:n + 3] == ("-o", str(tmp_path / "capture" / "perf.data"))
     assert argv[n + 3:] == ("-F", "4999", "--", "llama-server", "-m", "model.gguf")  # the campaign's args after ours
     assert capture.grace_s == perf.GRACE_S and Capture("cupti", tmp_path).grace_s == 0.0
+    assert capture.stop_leader and not Capture("nsys", tmp_path).stop_leader  # perf passes the stop on
     assert env == {"A": "1"} and stdout is None and (tmp_path / "capture").is_dir()
     assert "perf" in LIVE_KINDS and "perf" in LIFETIME_KINDS
 
