@@ -136,7 +136,8 @@ def _ns(sec: str, frac: str) -> int:
 
 def parse(lines: Iterable[str], path: Path) -> _Samples:
     """The samples of `perf script` text (module docstring); a sample line whose time is not a time is an
-    `InputError` naming its line."""
+    `InputError` naming its line. Long: one pass over every line, the hot loop of the read, kept whole so
+    that a frame line costs a byte test and a frame that names nothing is never parsed."""
     out = _Samples()
     frames: list[tuple[str, str]] = []
     open_sample = decided = False  # decided: the frame that names the open sample is read (`_name`)
