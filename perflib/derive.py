@@ -141,7 +141,7 @@ class Attributed:
     profiler_loss: str = ""
 
 
-SOURCE_KINDS = {"cupti-text": "cupti", "kineto": "torch", "nsys": "nsys"}
+SOURCE_KINDS = {"cupti-text": "cupti", "kineto": "torch", "nsys": "nsys", "perf-script": "perf"}
 """The profiler whose loss lines to look for, by the trace's source, where the campaign names none (a
 server injected by hand: `CUDA_INJECTION64_PATH` in an arm's env)."""
 
@@ -271,7 +271,7 @@ def _attributed_trace(campaign: Campaign, spec: Any, run: RunSpec, run_dir: Path
                                      "busy_ms_per_step": summary.busy_ms_per_step,
                                      "gap_ms_per_step": summary.gap_ms_per_step, "step_method": summary.step_method,
                                      "steps_guessed": summary.steps_guessed, "window": level.kind, "window_why": level.why,
-                                     **summary.decode_columns()}]),
+                                     **summary.decode_columns(), **summary.extras}]),
         "classes": summary.classes, "kernels": summary.kernels, "gaps": summary.gap_buckets,
         "steps": split.with_steps(summary.step_table), "phases": summary.phases,
         "host_gaps": pd.DataFrame([split.row(summary.window_ms, summary.steps)])})

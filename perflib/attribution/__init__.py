@@ -11,6 +11,8 @@
 - `summary`: `summarize(trace, window, classes, steps)` → `TraceSummary` (GPU busy, host gaps by
   size, largest gaps, per-step figures, time by kernel and by kernel class, and inside the decode steps'
   periods where the engine names its steps' phases: `phase_kernel_time`).
+- `samples`: a sampling profile's window (`perf` samples) split into compute, thread synchronisation
+  and host work, as sampled estimates with binomial intervals.
 - `codes`: kinds and kernel names of a dispatch table as integer codes.
 - `hostgaps`: `host_gaps(trace, window, steps)` → `HostGaps`: what fills the host gaps (sync and copy
   wait, launch, other API, host compute), from the host API calls of the launching threads.
@@ -33,10 +35,15 @@ from perflib.attribution.markers import (
 )
 from perflib.attribution.phases import DECODE_COLUMNS, PHASE_COLUMNS, PHASES, phase_of
 from perflib.attribution.rhythm import MIN_STEPS
+from perflib.attribution.samples import SampleSplit, interval, sampled_label, share_text
 from perflib.attribution.steps import StepCount, StepSplit, find_steps
 from perflib.attribution.summary import (
     DECODE_KERNEL_COLUMNS,
     GAP_BUCKETS,
+    WORK_CPU_OPS,
+    WORK_GPU,
+    WORK_SAMPLES,
+    WORK_WORDS,
     TraceSummary,
     busy_ns,
     gap_buckets,
@@ -61,9 +68,11 @@ from perflib.attribution.windows import (
 
 __all__ = [
     "DECODE_COLUMNS", "DECODE_KERNEL_COLUMNS", "PHASES", "PHASE_COLUMNS", "phase_kernel_time", "phase_of",
-    "DEFAULT_STEP_MARKER", "ENGINE_FAMILIES", "GAP_BUCKETS", "MIN_STEPS", "Coverage", "DecodeWindow", "LevelWindow", "StepCount",
-    "StepFamily", "StepSplit", "TraceSummary", "Window", "busy_ns", "coverage", "decode_window_from_run", "find_steps",
-    "gap_buckets", "manifest_window", "marked_steps", "parse_window", "run_window", "summarize", "trace_span",
+    "DEFAULT_STEP_MARKER", "ENGINE_FAMILIES", "GAP_BUCKETS", "MIN_STEPS", "WORK_CPU_OPS", "WORK_GPU", "WORK_SAMPLES",
+    "WORK_WORDS", "Coverage", "DecodeWindow", "LevelWindow", "SampleSplit", "StepCount", "StepFamily", "StepSplit",
+    "TraceSummary", "Window", "busy_ns", "coverage", "decode_window_from_run", "find_steps", "gap_buckets", "interval",
+    "sampled_label", "share_text", "manifest_window", "marked_steps", "parse_window", "run_window", "summarize",
+    "trace_span",
     "window_from_clocks", "window_from_manifest", "window_from_marker", "window_from_range",
     "window_from_step_annotations", "window_from_step_markers",
 ]

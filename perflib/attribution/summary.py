@@ -20,6 +20,7 @@ import pandas as pd
 
 from perflib import classes as class_mod
 from perflib.attribution import phases as phase_mod
+from perflib.attribution import samples as sampled
 from perflib.attribution.codes import kernel_codes, kind_codes
 from perflib.attribution.steps import StepCount, StepSplit, find_steps
 from perflib.attribution.windows import Window, dispatches_of, empty_window_error, trace_span
@@ -40,6 +41,27 @@ DECODE_KERNEL_COLUMNS = ["decode_time_ms", "decode_count", "decode_ms_per_step"]
 """`classes` and `kernels` columns of the decode phase (docs/SCHEMA.md §4), NaN where no step has a phase:
 the kernel time inside the decode steps' periods, the dispatches starting in them, and that time per
 decode step (NaN where there is no decode step)."""
+
+WORK_GPU, WORK_CPU_OPS, WORK_SAMPLES = "GPU kernels", "CPU operators", "CPU samples"
+"""What a summary's busy time is (`TraceSummary.work`)."""
+
+
+WORK_WORDS: dict[str, dict[str, str]] = {
+    WORK_GPU: {"busy": "GPU busy", "gap": "host gap", "unit": "kernel", "units": "dispatches"},
+    WORK_CPU_OPS: {"busy": "CPU busy (model operators)", "gap": "host time", "unit": "operator", "units": "operators"},
+    WORK_SAMPLES: {"busy": "compute", "gap": "sync + host", "unit": "function", "units": "samples"},
+}
+"""How each kind of work is said: its busy time, the rest of the window, one item, the items."""
+
+
+def work_of(dispatches: pd.DataFrame) -> str:
+    """`CPU samples` for a sampling profile, `CPU operators` where every row is a CPU operator (kind
+    `cpu_op`), else `GPU kernels`."""
+    if sampled.is_sampled(dispatches):
+        return WORK_SAMPLES
+    if len(dispatches) and "kind" in dispatches and bool((dispatches["kind"].astype(str) == "cpu_op").all()):
+        return WORK_CPU_OPS
+    return WORK_GPU
 
 
 def _clip(dispatches: pd.DataFrame, window: Window) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -122,6 +144,22 @@ class TraceSummary:
     def decode_columns(self) -> dict[str, Any]:
         """The decode-phase columns of `trace_runs` (`perflib.attribution.phases.DECODE_COLUMNS`)."""
         return phase_mod.decode_columns(self.phases)
+    sampling: sampled.SampleSplit | None = None
+    """A sampling profile's split of the window (`perflib.attribution.samples`): its figures are sampled
+    estimates; None for a trace of intervals."""
+    work: str = WORK_GPU
+    """What the busy time is: `GPU kernels`, `CPU operators` (a trace without GPU work whose model
+    operators stand for the device's) or `CPU samples` (a sampling profile)."""
+
+    @property
+    def extras(self) -> dict[str, Any]:
+        """The trace_runs columns beyond the schema's: what the work is and, for samples, their split."""
+        out: dict[str, Any] = {"work": self.work}
+        if self.sampling is not None:
+            s = self.sampling
+            out.update(samples=s.samples, compute_samples=s.compute, sync_samples=s.sync, host_samples=s.host,
+                       decode_threads=s.threads, sample_hz=s.sample_hz, sample_event=s.event)
+        return out
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready: scalars, gap buckets, top-N gaps and kernels, all classes; NaN becomes null."""
@@ -151,6 +189,7 @@ class TraceSummary:
             "phase_note": self.phase_note or None,
             "decode": {k: (v if isinstance(v, str) or v is None else _num(v))
                        for k, v in self.decode_columns().items() if k != "phase_note"},
+            **self.extras,
         }
 
 
@@ -366,6 +405,36 @@ def _in_window(dispatches: pd.DataFrame, window: Window) -> tuple[pd.DataFrame, 
     return dispatches, s, e, straddling
 
 
+def _sampled_summary(w: sampled.SampledWindow, window: Window, top: int) -> TraceSummary:
+    """The summary of a sampled window: its figures scaled from the samples (no gaps to size, no step
+    boundaries: a profile marks none)."""
+    per_step = w.steps
+    return TraceSummary(
+        window=window, dispatches=w.samples, window_ms=w.window_ms, busy_ms=w.busy_ms, gap_ms=w.window_ms - w.busy_ms,
+        busy_share=w.split.compute / w.samples if w.samples else None,
+        gap_buckets=gap_buckets(np.empty(0, dtype=np.int64)).iloc[0:0],
+        largest_gaps=pd.DataFrame(columns=["offset_ms", "gap_ms", "kernel"]),
+        steps=per_step, step_method=w.step_method,
+        busy_ms_per_step=w.busy_ms / per_step if per_step else None,
+        gap_ms_per_step=(w.window_ms - w.busy_ms) / per_step if per_step else None,
+        dispatches_per_step=w.samples / per_step if per_step else None,
+        step_table=pd.DataFrame(columns=_STEP_COLUMNS), classes=w.classes, kernels=w.kernels,
+        class_table=w.class_table, top=int(top), meta={"straddling_start": 0}, sampling=w.split, work=WORK_SAMPLES,
+    )
+
+
+def _per_step_totals(named: Any, step_table: pd.DataFrame, gs: np.ndarray, ge: np.ndarray, busy: int, total: int,
+                     n: int) -> tuple[float, float, float, float | None]:
+    """(busy ns, gap ns, dispatches, the steps' own ms) the per-step figures divide: the window's, or where a
+    named pattern gave the steps (`named`, the split), inside the matched steps' spans only (they tile no
+    more than themselves)."""
+    if named is None:
+        return float(busy), float(total - busy), float(n), None
+    step_busy = float((_busy_before(gs, ge, named.ends) - _busy_before(gs, ge, named.starts)).sum())
+    span = int((named.ends - named.starts).sum())
+    return step_busy, float(span) - step_busy, float(step_table["dispatches"].sum()), span / _NS_PER_MS
+
+
 def summarize(
     trace: Any,
     window: Window | None = None,
@@ -392,6 +461,9 @@ def summarize(
     """
     dispatches = dispatches_of(trace)
     window = window or trace_span(dispatches)
+    if sampled.is_sampled(dispatches):  # samples are counted, not unioned (perflib.attribution.samples)
+        return _sampled_summary(sampled.split_window(trace, dispatches, window, classes, steps), window, top)
+    work = work_of(dispatches)
     dispatches, s, e, straddling = _in_window(dispatches, window)
     n = int(s.size)
     gs, ge, first = union_intervals(s, e)
@@ -415,14 +487,8 @@ def summarize(
     decode = _decode_kernels(split, step_table, codes, len(names), s, e)
     kernels, by_class, table = _kernel_tables(dispatches, codes, names, s, e, classes, per_step, in_steps, decode)
     phases = _phase_table(split, step_table, gs, ge, s)
-    step_busy, step_gap, step_dispatches = float(busy), float(total - busy), float(n)
-    steps_ms = None
-    if named:  # inside the matched steps' spans only (they tile no more than themselves)
-        assert split is not None  # for the type checker: `named` says so
-        step_busy = float((_busy_before(gs, ge, split.ends) - _busy_before(gs, ge, split.starts)).sum())
-        span = int((split.ends - split.starts).sum())
-        steps_ms, step_gap = span / _NS_PER_MS, float(span) - step_busy
-        step_dispatches = float(step_table["dispatches"].sum())
+    step_busy, step_gap, step_dispatches, steps_ms = _per_step_totals(split if named else None, step_table, gs, ge,
+                                                                        busy, total, n)
 
     return TraceSummary(
         window=window,
@@ -449,4 +515,5 @@ def summarize(
         phase_note=phase_mod.no_decode_note(phases),
         steps_named=named,
         steps_ms=steps_ms,
+        work=work,
     )

@@ -21,7 +21,7 @@ from perflib import cut, rundir, traces
 from perflib.campaign.servers import SERVER_RECORD, Segment, earlier_starts
 from perflib.config import Campaign, RunSpec
 from perflib.errors import PerflibError
-from perflib.server.profilers import Capture
+from perflib.server.profilers import LIFETIME_KINDS, Capture
 
 
 @dataclass(frozen=True)
@@ -61,7 +61,7 @@ def recut_pending(campaign: Campaign, data: Path, log: object = None) -> list[tu
     for arm in campaign.arms:
         for backend in campaign.backends:
             profiler = campaign.profiler(arm.name, backend.name)
-            if profiler.kind not in ("rocprofv3", "cupti", "nsys"):
+            if profiler.kind not in LIFETIME_KINDS:
                 continue
             path = rundir.backend_dir(data, campaign.name, arm.name, backend.name) / SERVER_RECORD
             for start in earlier_starts(path) if path.is_file() else []:

@@ -143,9 +143,10 @@ def plan_launch(campaign: Campaign, arm: ArmSpec, backend: BackendSpec, prepared
                     health=spec.health or (preset.health if preset else "/health"), env=env, stdout_path=stdout,
                     ready_timeout_s=spec.ready_timeout_s or (preset.ready_timeout_s if preset else 120.0),
                     stop_signal=shutdown.signal if shutdown else (preset.stop_signal if preset else "SIGTERM"),
-                    grace_s=shutdown.grace_s if shutdown else (preset.grace_s if preset else 10.0),
+                    grace_s=max(shutdown.grace_s if shutdown else (preset.grace_s if preset else 10.0),
+                                capture.grace_s if capture else 0.0),  # a profiler's least (perf writes at exit)
                     kind=spec.preset or "command", model=prepared.model, version_argv=tuple(version),
-                    program_key=program_key)
+                    program_key=program_key, stop_leader=bool(capture and capture.stop_leader))
     return launch, capture
 
 

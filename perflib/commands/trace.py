@@ -46,6 +46,10 @@ busy_share as a fraction; the window's bounds in ns on the trace's clock):
   top kernels      the same per kernel name
   straddling       (JSON straddling_start) dispatches that began before the window: only
                    their part inside it counts
+on a CPU backend (JSON work): a PyTorch trace without GPU work counts the model's CPU
+operators as the busy work (CPU busy, host time); a perf profile (perf script text or
+perf.data) counts samples: compute, sync + host, each a sampled estimate, with the
+samples' split on the decode threads and a 95% interval per share
 """
 
 WINDOW_HELP = (
@@ -79,7 +83,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="window, GPU busy, host gaps by size, steps, top kernels and kernel classes",
         description=(
             "Summarise one window of a profiler trace (rocprofv3 CSV/JSON/rocpd or output directory, "
-            "Kineto JSON, Nsight Systems SQLite, ...): GPU busy = union of kernel, copy and fill "
+            "Kineto JSON, Nsight Systems SQLite, perf script, ...): GPU busy = union of kernel, copy and fill "
             "intervals clipped to the window; host gap = window - busy; gaps by size; per-step figures; "
             "time by kernel and by kernel class. Without a window option the window is the trace span."
         ),
@@ -296,35 +300,42 @@ def _phase_lines(s, tabulate) -> list[str]:  # noqa: ANN001 - TraceSummary, tabu
 
 def format_summary(summary, trace, split=None) -> str:  # noqa: ANN001 - TraceSummary, Trace, HostGaps (imported lazily)
     """The readable report: headline figures, gap buckets, largest gaps, what fills the gaps (`split`,
-    `perflib.attribution.host_gaps`), steps, kernels, classes."""
+    `perflib.attribution.host_gaps`), steps, kernels (or CPU operators, or sampled functions), classes."""
     # late: tabulate (21 ms) only for the printed table, not --json; classes is loaded by now (run_summary)
     from tabulate import tabulate
 
+    from perflib.attribution.summary import WORK_WORDS  # loaded by now (run_summary)
     from perflib.classes import base_name
 
     s = summary
+    words = WORK_WORDS[s.work]
+    estimate = f" ({s.sampling.label()})" if s.sampling is not None else ""
     lines = [
         f"trace    {trace.path}  ({trace.source}, clock {trace.clock})",
         f"window   {s.window.label}: [{s.window.start_ns}, {s.window.end_ns}) ns",
-        f"dispatches {s.dispatches}   window {s.window_ms:.3f} ms   GPU busy {s.busy_ms:.3f} ms   "
-        f"host gap {s.gap_ms:.3f} ms   busy share {_f(None if s.busy_share is None else 100 * s.busy_share, '{:.1f}', ' %')}",
+        f"{words['units']} {s.dispatches}   window {s.window_ms:.3f} ms   {words['busy']} {s.busy_ms:.3f} ms   "
+        f"{words['gap']} {s.gap_ms:.3f} ms   busy share {_f(None if s.busy_share is None else 100 * s.busy_share, '{:.1f}', ' %')}"
+        + estimate,
     ]
+    if s.sampling is not None:
+        lines.append(f"samples  {s.sampling.describe()}")
     if s.steps:
         inside = f" (inside the {s.steps} matched steps' spans, {s.steps_ms:.3f} ms)" if s.steps_named else ""
         lines.append(
             f"steps    {s.steps}, steps from {s.step_method}   per step{inside}: busy "
             f"{_f(s.busy_ms_per_step, unit=' ms')}   gap {_f(s.gap_ms_per_step, unit=' ms')}   "
-            f"dispatches {_f(s.dispatches_per_step, '{:.1f}')}"
+            f"{words['units']} {_f(s.dispatches_per_step, '{:.1f}')}"
         )
     else:
         lines.append("steps    n/a (no step ranges, no request records and no step rhythm found; pass --steps N)")
     lines += _phase_lines(s, tabulate)
-    lines += ["", "host gaps by size"]
-    lines.append(tabulate(
-        [[r.bucket, r.count, f"{r.gap_ms:.3f}", f"{100 * r.gap_ms / s.gap_ms:.1f}" if s.gap_ms > 0 else "n/a"]
-         for r in s.gap_buckets.itertuples()],
-        headers=["bucket", "gaps", "gap ms", "% of gap"], tablefmt="simple", disable_numparse=True,
-    ))
+    if len(s.gap_buckets):
+        lines += ["", "host gaps by size"]
+        lines.append(tabulate(
+            [[r.bucket, r.count, f"{r.gap_ms:.3f}", f"{100 * r.gap_ms / s.gap_ms:.1f}" if s.gap_ms > 0 else "n/a"]
+             for r in s.gap_buckets.itertuples()],
+            headers=["bucket", "gaps", "gap ms", "% of gap"], tablefmt="simple", disable_numparse=True,
+        ))
     if len(s.largest_gaps):
         lines += ["", f"largest gaps (top {len(s.largest_gaps)}), charged to the dispatch that ends each"]
         lines.append(tabulate(
@@ -333,25 +344,31 @@ def format_summary(summary, trace, split=None) -> str:  # noqa: ANN001 - TraceSu
         ))
     if split is not None:
         lines += _split_lines(split, s.steps)
-    phased = bool(len(s.phases))  # the engine names its steps' phases: the decode steps' own ms per step beside
+    return "\n".join(lines + _class_lines(s, words, tabulate, base_name))
+
+
+def _class_lines(s, words, tabulate, base_name) -> list[str]:  # noqa: ANN001 - TraceSummary and late imports
+    """The class table and the top kernels (operators, sampled functions), with the decode steps' own ms per
+    step beside where the engine names its steps' phases."""
+    phased = bool(len(s.phases))
     per_step = ("ms/step (all steps)" if phased else "ms/step") if s.steps else "ms/step (n/a)"
     decode = ["decode ms/step"] if phased else []
+    share = f"% {words['unit']} {'samples' if s.sampling else 'time'}"
 
     def figures(r) -> list[str]:  # noqa: ANN001 - a row of the class or kernel table
         cells = [f"{r.time_ms:.3f}", r.count, _f(None if r.ms_per_step != r.ms_per_step else r.ms_per_step)]
         return cells + ([_f(None if r.decode_ms_per_step != r.decode_ms_per_step else r.decode_ms_per_step)]
                         if phased else []) + [f"{100 * r.share:.1f}"]
 
-    lines += ["", f"kernel classes (table {s.class_table})"]
+    lines = ["", f"{words['unit']} classes (table {s.class_table})"]
     lines.append(tabulate(
         [[r.kernel_class, *figures(r)] for r in s.classes.itertuples()],
-        headers=["class", "time ms", "count", per_step, *decode, "% kernel time"], tablefmt="simple",
-        disable_numparse=True,
+        headers=["class", "time ms", "count", per_step, *decode, share], tablefmt="simple", disable_numparse=True,
     ))
-    lines += ["", f"top kernels ({min(s.top, len(s.kernels))} of {len(s.kernels)})"]
+    lines += ["", f"top {words['unit']}s ({min(s.top, len(s.kernels))} of {len(s.kernels)})"]
     lines.append(tabulate(
         [[base_name(r.kernel)[:60], r.kernel_class, *figures(r)] for r in s.kernels.head(s.top).itertuples()],
-        headers=["kernel", "class", "time ms", "count", per_step, *decode, "% kernel time"], tablefmt="simple",
+        headers=[words["unit"], "class", "time ms", "count", per_step, *decode, share], tablefmt="simple",
         disable_numparse=True,
     ))
-    return "\n".join(lines)
+    return lines

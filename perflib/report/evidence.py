@@ -154,7 +154,9 @@ def per_level(tables: DerivedTables, level_checks: pd.DataFrame, occupancy: str,
                      "gap": fmt(r.gap_ms_per_step, ".2f", " ms"), "busy_share": pct(r.busy_share),
                      "top_classes": escape_md(r.top_classes) or "n/a",
                      "checks": "n/a" if c is None else ("⚠ " + escape_md(c.checks) if c.suspect else "ok")})
-    text, dropped = table(rows, LEVEL_COLUMNS)
+    words = tb.work_words(tables)
+    text, dropped = table(rows, [Column(c.key, f"{words[c.key]} / step", True) if c.key in ("busy", "gap") else c
+                                 for c in LEVEL_COLUMNS])
     intro = ("Medians over the runs used, with min–max over them. Decode tok/s is per request, (completion "
              "tokens − 1) / (total − TTFT), and it and TTFT (first token-carrying chunk − request sent) are each "
              "run's mean over its requests; the decode step is Δtokens_predicted_seconds / Δdecode_tokens from "
@@ -186,6 +188,24 @@ def _levels_left_out(level_checks: pd.DataFrame) -> str:
         f"{escape_md(r.left_out_why)})" for r in gone) + "."
 
 
+PROFILE_INTROS = {
+    "GPU kernels": "From the kernel traces, windowed to each level's decode window. Step = window / steps; GPU busy "
+                   "is the union of kernel, copy and fill intervals; host gap = step − busy. Medians over repeats.",
+    "CPU operators": "The backend is the CPU: no GPU kernels, so the model's CPU operators stand for the device's "
+                     "work (the top-level operators of its forward, from the PyTorch trace), windowed to each level's "
+                     "decode window. Step = window / steps; CPU busy is the union of the model's operator intervals; "
+                     "host time = step − busy (scheduling, input preparation, sampling, output processing). Medians "
+                     "over repeats.",
+    "CPU samples": "The backend is the CPU: no GPU kernels, so its work is read from perf's samples (cpu-clock) of the "
+                   "server, windowed to each level's decode window. Compute is the share of the decode threads' "
+                   "samples in the model's compute functions (ggml's), sync + host the rest (threads spinning at a "
+                   "barrier, and everything else: the HTTP server, sampling, the tokenizer, the scheduler), each "
+                   "scaled onto the step; step = window / steps. Every figure is a sampled estimate: the verdicts "
+                   "give each share with its sample count and a 95% interval. Medians over repeats.",
+}
+"""The Profile section's opening, by what the traces' work is (`tables.work_words`)."""
+
+
 def profile(tables: DerivedTables, figure: dict | None) -> str:
     """GPU busy against host gaps per step, the gap buckets, the kernel classes and batch 1 to B."""
     tr = tb.decode_level_table(tables)
@@ -199,12 +219,12 @@ def profile(tables: DerivedTables, figure: dict | None) -> str:
              "gap": spread(r, "gap_ms_per_step", ".2f", " ms"), "share": pct(r.busy_share),
              "dispatches": fmt(r.dispatches_per_step, ".0f"), "method": escape_md(r.step_method)}
             for r in tr.itertuples(index=False)]
+    words = tb.work_words(tables)
     text, _ = table(rows, [*KEYS, Column("runs", "traces", True), Column("steps", "steps", True),
-                           Column("step", "step", True), Column("busy", "GPU busy / step", True),
-                           Column("gap", "host gap / step", True), Column("share", "busy share", True),
-                           Column("dispatches", "dispatches / step", True), Column("method", "steps from")])
-    intro = ("From the kernel traces, windowed to each level's decode window. Step = window / steps; GPU busy "
-             "is the union of kernel, copy and fill intervals; host gap = step − busy. Medians over repeats."
+                           Column("step", "step", True), Column("busy", f"{words['busy']} / step", True),
+                           Column("gap", f"{words['gap']} / step", True), Column("share", "busy share", True),
+                           Column("dispatches", f"{words['units']} / step", True), Column("method", "steps from")])
+    intro = (PROFILE_INTROS.get(words["work"], PROFILE_INTROS["GPU kernels"])
              + (" A step count marked \"a guess\" comes from the dispatch rhythm alone: no step range, request "
                 "record or counter gave it, so the per-step figures of that level are estimates."
                 if any(r["steps"].endswith("(a guess)") for r in rows) else "")
@@ -289,10 +309,13 @@ def _classes(tables: DerivedTables) -> str:
                                                      ascending=[True] * 4 + [False, True], kind="stable")
     rows = [{**_keys(r), "kernel_class": escape_md(r.kernel_class), "ms": fmt(r.ms_per_step, ".3f", " ms"),
              "share": pct(r.share), "count": fmt(r.count_per_step, ".1f")} for r in frame.itertuples(index=False)]
-    text, _ = table(rows, [*KEYS, Column("kernel_class", "kernel class"), Column("ms", "ms / step", True),
-                           Column("share", "share of kernel time", True), Column("count", "dispatches / step", True)])
+    words = tb.work_words(tables)
+    share = "share of compute samples" if words["units"] == "samples" else f"share of {words['unit']} time"
+    text, _ = table(rows, [*KEYS, Column("kernel_class", f"{words['unit']} class"), Column("ms", "ms / step", True),
+                           Column("share", share, True), Column("count", f"{words['units']} / step", True)])
     decode = f"; {DECODE_ONLY[0].lower()}{DECODE_ONLY[1:]}, of its decode steps alone" if tb.phased(tables) else ""
-    return join(f"**Kernel classes** (a class a repeat lacks counts 0 there{decode}):", text) if text else ""
+    return join(f"**{words['unit'].capitalize()} classes** (a class a repeat lacks counts 0 there{decode}):", text) \
+        if text else ""
 
 
 def _batch_classes(tables: DerivedTables) -> str:
@@ -315,9 +338,10 @@ def _batch_steps(tables: DerivedTables) -> str:
              "range": f"{fmt(r.step_min_ms, '.2f')}–{fmt(r.step_max_ms, '.2f', ' ms')}",
              "busy": fmt(r.busy_ms, ".2f", " ms"), "gap": fmt(r.gap_ms, ".2f", " ms"),
              "dispatches": fmt(r.dispatches, ".0f")} for r in tb.batch_step_table(tables).itertuples(index=False)]
+    words = tb.work_words(tables)
     text, _ = table(rows, [*KEYS, Column("phase", "phase"), Column("steps", "steps", True),
                            Column("step", "step (median)", True), Column("range", "step range"),
-                           Column("busy", "GPU busy", True), Column("gap", "host gap", True),
+                           Column("busy", words["busy"], True), Column("gap", words["gap"], True),
                            Column("dispatches", "dispatches", True)])
     if any(r["phase"] for r in rows):
         return join("**Each step** of the traces by the phase its engine names (from the step markers; "

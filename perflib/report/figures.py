@@ -26,7 +26,7 @@ from matplotlib.figure import Figure
 from perflib import atomic, checks
 from perflib.config import Campaign
 from perflib.derive import DerivedTables
-from perflib.report.tables import LEVEL_KEYS, decode_level_table, floor_table, level_table
+from perflib.report.tables import LEVEL_KEYS, decode_level_table, floor_table, level_table, work_words
 
 DPI = 100
 LEVEL_AXIS = "level: b = batch (requests), c = context (tokens)"
@@ -311,22 +311,25 @@ def plot_profile(tables: DerivedTables) -> Plot | None:
     labels = [_level_label(r, parts) for r in table.itertuples(index=False)]
     busy = [_num(v) for v in table["busy_ms_per_step"]]
     gap = [_num(v) for v in table["gap_ms_per_step"]]
+    words = work_words(tables)
     fig = Plot(max(6.4, 0.6 * len(table) + 2), 4.0)
     ax = fig.subplots()
-    ax.bar(range(len(table)), busy, label="GPU busy")
-    ax.bar(range(len(table)), gap, bottom=busy, label="host gaps")
+    ax.bar(range(len(table)), busy, label=words["busy"])
+    ax.bar(range(len(table)), gap, bottom=busy, label="host gaps" if words["gap"] == "host gap" else words["gap"])
     ax.set_xticks(range(len(table)))
     ax.set_xticklabels(labels, fontsize=7, rotation=30 if parts else 0, ha="right" if parts else "center")
     ax.set_xlabel(("level: " + ", ".join(parts) + ", b = batch (requests), c = context (tokens)") if parts
                   else LEVEL_AXIS, fontsize=8)
     ax.set_ylabel("time per decode step (ms)")
-    ax.set_title("GPU busy vs host gaps per decode step")
+    ax.set_title("GPU busy vs host gaps per decode step" if words["gap"] == "host gap"
+                 else f"{words['busy']} vs {words['gap']} per decode step ({words['work']})")
     ax.grid(True, axis="y", alpha=0.3)
     _legend_below(fig, ax, 2)
     shares = [(g / (b + g), label) for b, g, label in zip(busy, gap, labels, strict=True) if b == b and g == g and b + g]
-    fig.alt = ("Stacked bars, one per traced level: GPU busy time and host gap time per decode step (ms), from "
-               "the kernel traces, medians over repeats" + (
-                   f"; host gaps are {100 * min(shares)[0]:.0f}% ({min(shares)[1]}) to {100 * max(shares)[0]:.0f}% "
+    what = ("GPU busy time and host gap time per decode step (ms), from the kernel traces" if words["gap"] == "host gap"
+            else f"{words['busy']} time and {words['gap']} time per decode step (ms), from the traces ({words['work']})")
+    fig.alt = (f"Stacked bars, one per traced level: {what}, medians over repeats" + (
+                   f"; {'host gaps' if words['gap'] == 'host gap' else words['gap']} are {100 * min(shares)[0]:.0f}% ({min(shares)[1]}) to {100 * max(shares)[0]:.0f}% "
                    f"({max(shares)[1]}) of the step" if shares else "") + ".")
     return fig
 

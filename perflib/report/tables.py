@@ -13,7 +13,7 @@ from typing import Any
 import pandas as pd
 
 from perflib import checks
-from perflib.attribution import HOST_GAP_PARTS
+from perflib.attribution import HOST_GAP_PARTS, WORK_GPU, WORK_WORDS
 from perflib.config import Campaign
 from perflib.derive import GAP_ORDER, DerivedTables
 from perflib.pageinputs import Reference
@@ -556,3 +556,15 @@ def absent_counters(tables: DerivedTables) -> list[str]:
         return []
     return [c for c in ("prefill_chunks", "mixed_steps", "occupancy", "decode_step_ms")
             if c not in runs.columns or pd.to_numeric(runs[c], errors="coerce").isna().all()]
+
+
+def work_words(tables: DerivedTables) -> dict[str, str]:
+    """How the page says what the traces' busy time is (`perflib.attribution.WORK_WORDS`): GPU kernels (also
+    where trace_runs has no `work` column), CPU operators or CPU samples; `work` names it. Traces of more
+    than one kind get neutral words."""
+    tr = tables.trace_runs
+    kinds = sorted(set(checks.text(tr["work"])) - {""}) if tr is not None and len(tr) and "work" in tr.columns else []
+    if len(kinds) > 1:
+        return {"busy": "busy", "gap": "host gap", "unit": "kernel", "units": "dispatches", "work": " and ".join(kinds)}
+    kind = kinds[0] if kinds else WORK_GPU
+    return {**WORK_WORDS.get(kind, WORK_WORDS[WORK_GPU]), "work": kind}

@@ -52,6 +52,11 @@ PATTERNS: dict[str, tuple[LossPattern, ...]] = {
         LossPattern("nsys lost events", r"(?i)\b(\d+) (?:events|records) (?:were |have been )?(?:lost|dropped)\b"),
         LossPattern("nsys lost events", r"(?i)\b(?:events|records) (?:were |have been )?(?:lost|dropped)\b"),
     ),
+    "perf": (
+        LossPattern("perf lost chunks", r"(?i)\blost (\d+) chunks\b"),
+        LossPattern("perf lost samples", r"(?i)\blost (\d+) (?:samples|events)\b"),
+        LossPattern("perf lost samples", r"(?i)\b(\d+) (?:samples|events) (?:were )?lost\b"),
+    ),
     "torch": (
         *CUPTI,
         LossPattern("PyTorch profiler dropped events", r"(?i)\bdropped (\d+) (?:events|records)\b"),

@@ -72,6 +72,9 @@ class Launch:
     program_key: str = "server.binary"
     """The campaign key that names `argv[0]` (`profiler.binary` where a profiler wraps the server): what
     an error about a missing program tells to fix."""
+    stop_leader: bool = False
+    """Stop by signalling `argv[0]`'s process alone, not its whole group: a wrapper that passes the signal
+    on to its child (perf record), where a second one from the group would make the server abort."""
 
     @property
     def health_url(self) -> str:
@@ -140,16 +143,20 @@ class ServerHandle:
         return self.tree.members()
 
     def stop(self, timeout: float | None = None) -> int | None:
-        """The stop signal to the whole process group (a wrapping profiler and its server alike) and to
-        every descendant outside it (one that called `setsid`), the grace period for them to exit and
-        flush, then SIGKILL to whatever is left; returns the exit code."""
+        """The stop signal to the whole process group (a wrapping profiler and its server alike; to the
+        wrapper alone where it passes it on, `Launch.stop_leader`) and to every descendant outside it (one
+        that called `setsid`), the grace period for them to exit and flush, then SIGKILL to whatever is
+        left; returns the exit code."""
         assert self.tree is not None
         grace = self.launch.grace_s if timeout is None else timeout
         sig = SIGNALS.get(self.launch.stop_signal, signal.SIGTERM)
         deadline = time.monotonic() + grace
         self.tree.update()
         if self.process.poll() is None:
-            _signal_group(self.process, sig)
+            if self.launch.stop_leader:
+                self.process.send_signal(sig)
+            else:
+                _signal_group(self.process, sig)
             for ident in self.tree.alive():
                 if _group_of(ident.pid) != self.process.pid:  # escaped the group: signalled on its own
                     ident.signal(sig)

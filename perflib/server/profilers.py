@@ -5,6 +5,7 @@
 | `rocprofv3` | wraps the server: `rocprofv3 --kernel-trace --memory-copy-trace --hip-runtime-trace --marker-trace --stats -f csv -d DIR -o trace -- <server>`: the dispatches and copies, the HIP runtime API calls (what fills the host gaps) and the ROCTx ranges (the engine's steps) | DIR, its files found by rocprofv3's own suffixes |
 | `cupti` | injects `CUDA_INJECTION64_PATH=<library>`. perflib's own library (the default) writes the records to `PERFLIB_CUPTI_OUTPUT` and its counts to `PERFLIB_CUPTI_STATS`; the CUDA sample (`library: sample`) prints them on stdout | `DIR/cupti.txt` (the server's log kept apart) and, from perflib's library, `DIR/cupti-stats.json` |
 | `nsys` | wraps the server: `nsys profile -o DIR/capture <server>`, then `nsys export --type sqlite` | `DIR/capture.sqlite` |
+| `perf` | wraps the server: `perf record -e cpu-clock -F 999 -g -k CLOCK_MONOTONIC --no-buildid -o DIR/perf.data -- <server>` (`perflib.server.perf`), at least 30 s to stop | `DIR/perf-script.txt`, `perf script` of DIR/perf.data |
 | `torch` | the server's own PyTorch profiler, its folder in the preset's variable (vLLM `VLLM_TORCH_PROFILER_DIR`, SGLang `SGLANG_TORCH_PROFILER_DIR`); `POST /start_profile` and `/stop_profile` around each level | one Kineto file per level |
 | `none` | nothing | nothing |
 
@@ -28,9 +29,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from perflib.errors import InputError, PerflibError
+from perflib.server import perf
 
-LIVE_KINDS = ("none", "rocprofv3", "cupti", "nsys", "torch")
+LIVE_KINDS = ("none", "rocprofv3", "cupti", "nsys", "torch", perf.KIND)
 """Profilers perflib runs around a server it starts (`kineto` names committed Kineto files instead)."""
+LIFETIME_KINDS = ("rocprofv3", "cupti", "nsys", perf.KIND)
+"""Profilers whose one capture covers a server start's whole life, cut into its runs (`perflib.cut`)."""
 
 ROCPROFV3_TRACES = ("--kernel-trace", "--memory-copy-trace", "--hip-runtime-trace", "--marker-trace")
 """What rocprofv3 traces around a server (docs/reference/FORMATS.md §1.1): kernel dispatches and copies
@@ -106,6 +110,8 @@ class Capture:
             prof = self.binary or "nsys"
             return ((prof, "profile", "--trace=cuda,nvtx", "-o", str(self.directory / "capture"),
                      "--force-overwrite=true", *self.args, *argv), env, None)
+        if self.kind == perf.KIND:
+            return perf.wrap(self.directory, argv, self.binary, self.args), env, None
         if self.kind == "cupti":
             if self.library is None or not Path(self.library).is_file():
                 raise PerflibError(f"profiler cupti: the injection library {self.library} does not exist; build it "
@@ -130,6 +136,18 @@ class Capture:
             return argv, env, None
         return argv, env, None
 
+    @property
+    def grace_s(self) -> float:
+        """The least grace period the profiler needs at the server's stop to write its capture (perf:
+        `perf.GRACE_S`); 0 where the campaign's is enough."""
+        return perf.GRACE_S if self.kind == perf.KIND else 0.0
+
+    @property
+    def stop_leader(self) -> bool:
+        """Whether the stop signal goes to the profiler alone, which passes it on to the server: perf
+        record does, and llama-server aborts at a second SIGTERM (`Launch.stop_leader`)."""
+        return self.kind == perf.KIND
+
     def cupti_stats(self) -> dict | None:
         """cupti: the counts perflib's library wrote beside the records (`read_cupti_stats`); None for
         the CUDA sample and the other kinds."""
@@ -143,6 +161,8 @@ class Capture:
             return self.directory / CUPTI_RECORDS
         if self.kind == "nsys":
             return export_nsys(self.directory / "capture.nsys-rep", self.binary or "nsys")
+        if self.kind == perf.KIND:
+            return perf.script_of(self.directory, self.binary)
         return None
 
 

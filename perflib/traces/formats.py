@@ -46,6 +46,9 @@ class TraceFormat:
     """`module:function` of a writer `(dispatches: DataFrame, path) -> Path`, where perflib has one."""
     suffix: str = ""
     """How the profiler ends the name of such a file (what a written one is called to be detected)."""
+    kind: str | None = None
+    """The one dispatch kind every row of this format has (`sample`: a sampling profiler's), None where
+    each row says its own (a written table's kinds read back as written)."""
 
     def read(self, path: str | Path, mode: ReadMode = ReadMode.FULL) -> Trace:
         """The file (or directory) read in `mode` by this format's reader."""
@@ -81,6 +84,10 @@ Nsight Systems gave its reports before 2021.4; `nsys export` takes both."""
 _CUPTI_RECORD = re.compile(
     rb"^(CONCURRENT_KERNEL|KERNEL|RUNTIME|DRIVER|MEMCPY|MEMSET)\b.*\[\s*\d+\s*,\s*\d+\s*\]", re.M
 )
+_PERF_SAMPLE = re.compile(rb"^[^\n#\t][^\n]*?\s(?:-?\d+/)?-?\d+\s+(?:\[\d+\]\s+)?\d+\.\d{1,9}:\s+(?:\d+\s+)?\S+?:(?:\s|$)",
+                          re.M)
+"""A `perf script` sample line (`COMM PID/TID [CPU] SECONDS.FRACTION: PERIOD EVENT:`), `perf_script.SAMPLE_LINE`."""
+PERF_DATA_MAGIC = b"PERFILE2"
 _T = "perflib.traces."
 _W = "perflib.traces.writers."
 
@@ -105,6 +112,9 @@ FORMATS: dict[str, TraceFormat] = {f.name: f for f in (
                 _T + "rocprof_json_stream:read", _W + "rocprof_json:write_rocprof_json", "_results.json"),
     TraceFormat("kineto", "Kineto JSON", lambda p: p.head.lstrip().startswith(b"{"),
                 _T + "kineto_stream:read", _W + "kineto:write_kineto_json", ".pt.trace.json"),
+    TraceFormat("perf-script", "perf script text or a perf.data file",
+                lambda p: p.magic.startswith(PERF_DATA_MAGIC) or (not p.binary and _PERF_SAMPLE.search(p.head) is not None),
+                _T + "perf_script:read", _W + "perf_script:write_perf_script", ".perf-script.txt", kind="sample"),
     TraceFormat("cupti-text", "CUPTI activity text", lambda p: _CUPTI_RECORD.search(p.head) is not None,
                 _T + "cupti_text:read_cupti_text", _W + "cupti_text:write_cupti_text", ".txt"),
 )}

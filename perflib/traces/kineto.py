@@ -1,7 +1,8 @@
 """PyTorch profiler / Kineto JSON from CUDA and ROCm builds, gzipped or not (FORMATS.md §3).
 
 One `json.loads`, one pass that buckets the `ph: X` events by `cat`, then one comprehension per
-column. GPU work is `cat` in kernel / gpu_memcpy / gpu_memset; the API table is cuda_runtime and
+column. GPU work is `cat` in kernel / gpu_memcpy / gpu_memset (a trace without any, from PyTorch on the
+CPU, has the model's `cpu_op` operators as its dispatches instead: `perflib.traces.kineto_cpu`); the API table is cuda_runtime and
 cuda_driver (HIP names in ROCm builds); markers are user_annotation and gpu_user_annotation, and
 of the `python_function` frames (a `with_stack` trace holds thousands per step) only vLLM's
 `gpu_model_runner.py(N): execute_model`, the one mark of an engine step in vLLM 0.8's traces
@@ -439,6 +440,7 @@ def build(cols: dict[str, Any], path: Path) -> Trace:
 
 
 def read_kineto(path: Path) -> Trace:
-    """A Kineto trace (`.json` / `.json.gz`) -> Trace."""
+    """A Kineto trace (`.json` / `.json.gz`) -> Trace (its GPU work; `kineto_stream.read` adds a CPU trace's
+    operators)."""
     path = Path(path)
     return build(extract(load_json(path), path), path)

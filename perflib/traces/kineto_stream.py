@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from perflib.errors import InputError
-from perflib.traces import files, json_stream, kineto
+from perflib.traces import files, json_stream, kineto, kineto_cpu
 from perflib.traces.codebook import Names
 from perflib.traces.json_stream import Table, Text
 from perflib.traces.trace import ReadMode, Trace
@@ -50,10 +50,10 @@ def _split(cols: dict[str, list], cats: tuple[str, ...]) -> list[tuple[str, slic
 
 def read(path: Path, mode: ReadMode = ReadMode.FULL) -> Trace:
     """A Kineto trace in `mode`: FULL parses it whole (`kineto.read_kineto`), a lean mode streams it
-    (`read_kineto_lean`)."""
+    (`read_kineto_lean`); either way, a trace without GPU work gets its model's CPU operators (`kineto_cpu`)."""
     if mode.lean:
         return read_kineto_lean(path, mode.ids)
-    return kineto.read_kineto(path)
+    return kineto_cpu.with_cpu_ops(kineto.read_kineto(path), Path(path), lean=False, ids=True)
 
 
 def read_kineto_lean(path: Path, ids: bool = False) -> Trace:
@@ -241,7 +241,8 @@ def _trace(path: Path, top: dict[str, Any], names: Names, api_names: Names, doma
         "lean": True,
     }
     clock = "realtime" if base_ns is not None else "unknown"
-    return Trace(dispatches, api_frame, marker_frame, clock, kineto.SOURCE, str(path), meta)
+    trace = Trace(dispatches, api_frame, marker_frame, clock, kineto.SOURCE, str(path), meta)
+    return kineto_cpu.with_cpu_ops(trace, path, lean=True, ids=ids)  # a trace without GPU work: its operators
 
 
 def _api_frame(api: dict[str, Table], api_names: Names, domains: Names, shift: int, path: Path,

@@ -30,7 +30,10 @@ DISPATCH_COLUMNS = (
 API_COLUMNS = ("name", "start_ns", "end_ns", "pid", "tid", "correlation_id", "domain", "source")
 MARKER_COLUMNS = ("name", "start_ns", "end_ns", "pid", "tid", "domain", "source")
 
-DISPATCH_KINDS = ("kernel", "memcpy", "memset")
+DISPATCH_KINDS = ("kernel", "memcpy", "memset", "cpu_op", "sample")
+"""What a dispatch row is: GPU work (a kernel, a copy, a fill), a CPU operator standing for the device's work
+where there is no GPU (Kineto `cpu_op`, `perflib.traces.kineto`), or one sample of a sampling profiler
+(`perflib.traces.perf_script`)."""
 
 LEAN_DISPATCH_COLUMNS = ("kernel", "start_ns", "end_ns", "correlation_id", "kind", "source")
 """The columns of a lean dispatch table (`read_trace(path, ReadMode.LEAN)`): what `trace summary` reads.
@@ -155,7 +158,8 @@ def kind_codes(values: Any, path: object, label: RowLabel = _row_label_default) 
     unknown = np.flatnonzero(codes < 0)
     if unknown.size:
         i = int(unknown[0])
-        raise InputError(path, f"{label(i)}, column kind", "kind kernel, memcpy or memset", repr(values[i])[:80])
+        raise InputError(path, f"{label(i)}, column kind", "kind " + ", ".join(DISPATCH_KINDS[:-1]) + " or "
+                         + DISPATCH_KINDS[-1], repr(values[i])[:80])
     return codes.astype(np.int8)
 
 

@@ -17,6 +17,7 @@ from typing import Any
 import pandas as pd
 
 from perflib import checks
+from perflib.attribution.samples import sampled_label, share_text
 from perflib.classes import OTHER
 from perflib.derive import DerivedTables
 from perflib.verdicts import compare, gapsplit
@@ -46,7 +47,7 @@ class Scope:
     trace_from: str | None = None
     """The traced arm whose traces a trace measurement of this arm reads (`trace_scope`), or None."""
     trace_hint: str | None = None
-    """The `profiler.kind` to suggest where this arm has no trace and no traced arm (None: no GPU to trace)."""
+    """The `profiler.kind` to suggest where this arm has no trace and no traced arm (None: none to suggest)."""
 
     def describe(self) -> str:
         arm = f"{self.arm} (trace from {self.trace_from})" if self.arm and self.trace_from else self.arm
@@ -197,6 +198,8 @@ def _no_trace(tables: DerivedTables, scope: Scope, batch: int | None = None) -> 
     if lost:  # a trace was made and lost, or does not cover its window: the page's first screen says why
         return Measured(None, "", f"no whole trace at {_where(scope, batch)}: {len(lost)} lost or cut short "
                                   "(see Trace lost)")
+    if (runs is None or not len(runs)) and _left_out(tables, scope, batch):  # traced, but never used
+        return _no_runs(scope, batch, tables)
     if scope.trace_note:
         return Measured(None, "", scope.trace_note)
     if scope.profiler in (None, "none") and scope.trace_hint and scope.arm:  # the key that would measure it
@@ -263,6 +266,34 @@ def _guess(trace_runs: pd.DataFrame) -> str:
     if trace_runs is None or "steps_guessed" not in trace_runs.columns:
         return ""
     return GUESS_NOTE if trace_runs["steps_guessed"].map(lambda v: str(v).lower() in ("true", "1")).any() else ""
+
+
+def _pooled(frame: pd.DataFrame | None, column: str) -> float:
+    return float(pd.to_numeric(frame[column], errors="coerce").fillna(0).sum()) if frame is not None and \
+        column in frame.columns else 0.0
+
+
+def _sampled(tables: DerivedTables, scope: Scope, batch: int | None = None) -> dict[str, Any] | None:
+    """The samples of a sampling profile's trace rows at the scope, pooled over repeats (their counts
+    summed: one estimate from all of them), with how they were sampled; None where the rows are no
+    samples (`perflib.attribution.samples`)."""
+    sel = _select(tables.trace_runs, scope, batch)
+    if sel is None or not len(sel) or "samples" not in sel.columns:
+        return None
+    sel = sel[pd.to_numeric(sel["samples"], errors="coerce").notna()]
+    if not len(sel):
+        return None
+    hz = pd.to_numeric(sel["sample_hz"], errors="coerce").dropna() if "sample_hz" in sel.columns else pd.Series()
+    event = next((str(e) for e in sel.get("sample_event", pd.Series(dtype=object)) if isinstance(e, str) and e), None)
+    return {"samples": _pooled(sel, "samples"), "compute": _pooled(sel, "compute_samples"),
+            "sync": _pooled(sel, "sync_samples"), "host": _pooled(sel, "host_samples"), "repeats": len(sel),
+            "label": sampled_label(event, float(hz.median()) if len(hz) else None), "runs": sel}
+
+
+def _of_samples(pooled: dict[str, Any]) -> str:
+    """`of 2,314 samples over 3 repeats (sampled estimate, cpu-clock 999 Hz)`."""
+    repeats = f" over {pooled['repeats']} repeats" if pooled["repeats"] > 1 else ""
+    return f"of {pooled['samples']:,.0f} samples on the decode threads{repeats} ({pooled['label']})"
 
 
 def _class_sum(tables: DerivedTables, scope: Scope, batch: int | None = None) -> dict[str, float] | None:
@@ -412,6 +443,15 @@ def gap_share(tables: DerivedTables, scope: Scope) -> Measured:
     row = _trace_row(tables, scope)
     if row is None or not row["window_ms"]:
         return _no_trace(tables, scope)
+    pooled = _sampled(tables, scope)
+    if pooled is not None and pooled["samples"]:  # CPU samples: sync + host share of the decode threads'
+        rest = pooled["sync"] + pooled["host"]
+        value = rest / pooled["samples"]
+        step = row["window_ms"] / row["steps"] if row["steps"] else None
+        per_step = f"; about {value * step:.1f} of {step:.1f} ms per step" if step else ""
+        return Measured(value, f"sync + host {share_text(rest, pooled['samples'])} {_of_samples(pooled)}: sync "
+                               f"{_pct(pooled['sync'] / pooled['samples'])}, host {_pct(pooled['host'] / pooled['samples'])}"
+                               f"{per_step}")
     value = row["gap_ms"] / row["window_ms"]
     split = gapsplit.split_of(_select(tables.host_gaps, scope))
     filled = split.filled_by() if split is not None else ""  # what fills them, where the capture says
@@ -495,6 +535,13 @@ def class_share(tables: DerivedTables, scope: Scope) -> Measured:
     if not sums["time_ms"]:  # absent: say what ran instead
         top = _top_class(tables, scope)
         instead = f"; the largest class is {top}" if top else ""
+    pooled = _sampled(tables, scope)
+    if pooled is not None and pooled["samples"]:  # CPU samples: the classes' share of the decode threads'
+        cls = _select(tables.classes, scope)
+        k = _pooled(cls[cls["kernel_class"].astype(str).isin(set(scope.classes))], "count") if len(cls) else 0.0
+        value = k / pooled["samples"]
+        return Measured(value, f"{_classes_label(scope)} {share_text(k, pooled['samples'])} {_of_samples(pooled)}"
+                               f"{instead.replace('kernel time', 'compute samples')}")
     where = "the decode steps" if sums["decode"] else "the window"
     return Measured(value, f"{_classes_label(scope)} {sums['time_ms']:.1f} of {sums['window_ms']:.1f} ms "
                            f"in {where} ({_pct(value)}, {sums['count']:.0f} dispatches{instead})"
@@ -541,17 +588,28 @@ def class_scaling(tables: DerivedTables, scope: Scope) -> Measured:
                                   f"{_classes_label(scope)}")
     if not sums_1["ms_per_step"]:
         return Measured(None, "", f"no {_classes_label(scope)} kernel at batch 1 to scale from")
+    pooled_b, pooled_1 = _sampled(tables, scope), _sampled(tables, scope, 1)
+    sampled = ""
+    if pooled_b is not None and pooled_1 is not None:  # CPU samples: each ms per step is a sampled estimate
+        cls = _select(tables.classes, replace(scope, batch=None))
+        mine = cls[cls["kernel_class"].astype(str).isin(set(scope.classes))] if len(cls) else cls
+        k_b = _pooled(mine[mine["batch"].astype(str) == str(b)], "count") if len(mine) else 0.0
+        k_1 = _pooled(mine[mine["batch"].astype(str) == "1"], "count") if len(mine) else 0.0
+        sampled = (f" ({pooled_b['label']}: {k_b:,.0f} of {pooled_b['samples']:,.0f} samples at batch {b}, "
+                   f"{k_1:,.0f} of {pooled_1['samples']:,.0f} at batch 1)")
     if not sums_b["ms_per_step"]:  # the batch-B step runs none of them: they cannot grow with the batch
         top = _top_class(tables, scope)
         instead = f"; its largest class is {top}" if top else ""
+        if sampled:
+            instead = instead.replace("kernel time", "compute samples")
         return Measured(0.0, f"no {_classes_label(scope)} kernel in the batch-{b} step (0 ms per step, against "
                              f"{sums_1['ms_per_step']:.2f} ms at batch 1{instead}): 0.00 of linear"
-                             f"{sums_b['guess'] or sums_1['guess']}")
+                             f"{sums_b['guess'] or sums_1['guess']}{sampled}")
     ratio = sums_b["ms_per_step"] / sums_1["ms_per_step"]
     value = ratio / b
     return Measured(value, f"{_classes_label(scope)} {sums_b['ms_per_step']:.1f} ms per step at batch {b} over "
                            f"{sums_1['ms_per_step']:.1f} at batch 1: {ratio:.2f}x for a {b}x batch "
-                           f"({value:.2f} of linear){sums_b['guess'] or sums_1['guess']}")
+                           f"({value:.2f} of linear){sums_b['guess'] or sums_1['guess']}{sampled}")
 
 
 @measurement("class_dispatches", unit="count", trace=True)

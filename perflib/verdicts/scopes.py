@@ -85,8 +85,8 @@ class Context:
 
 def profiler_hint(backend: Any) -> str | None:
     """The `profiler.kind` that traces this backend's kernels, to name in a "not measured" reason: the
-    PyTorch profiler for vLLM and SGLang, CUPTI for a CUDA build or device, rocprofv3 for ROCm; None for
-    a CPU server (no GPU kernels) or a trace-only backend."""
+    PyTorch profiler for vLLM and SGLang, CUPTI for a CUDA build or device, rocprofv3 for ROCm, perf's
+    samples for llama-server on the CPU (`perflib.server.perf`); None for a trace-only backend."""
     if backend.trace_only:
         return None
     spec = backend.server_spec
@@ -95,7 +95,7 @@ def profiler_hint(backend: Any) -> str | None:
     if preset in ("vllm", "sglang"):
         return "torch"
     if build == "cpu" or backend.start == "llama-server-local":
-        return None
+        return "perf"
     text = " ".join(str(x or "") for x in (build, backend.kernel_classes, backend.device, backend.name)).lower()
     if "cuda" in text or "nvidia" in text:
         return "cupti"

@@ -142,7 +142,7 @@ def test_engine_kernels_take_their_class(table: str, kernel: str, kernel_class: 
     assert classes.load_builtin(table).classify(kernel) == kernel_class
 
 
-@pytest.mark.parametrize("table", classes.builtin_backends())
+@pytest.mark.parametrize("table", [t for t in classes.builtin_backends() if not t.endswith("-cpu")])
 @pytest.mark.parametrize("kernel", COMMUNICATION)
 def test_collectives_are_communication_in_every_table(table: str, kernel: str) -> None:
     """`_common` goes first everywhere: a collective never falls into a table's `reduce` or `gemm`."""
@@ -199,7 +199,8 @@ FIXTURE_TRACES = (fixture_paths("external/kineto/*.json.gz") + fixture_paths("ki
 # what a name says, independent of the tables' own patterns, and the tables that must agree: collectives
 # and norms in every table; attention and MoE GEMMs in the PyTorch ones (llama.cpp and MLX kernels are
 # their own, and `auto` picks a PyTorch table for an engine's trace)
-ALL = tuple(classes.builtin_backends())
+ALL = tuple(t for t in classes.builtin_backends() if not t.endswith("-cpu"))
+"""The GPU kernel tables; the `-cpu` tables name CPU functions and operators (perf samples, torch's CPU ops)."""
 SAYS = [
     (re.compile(r"(?i)all_?reduce|cross_device_reduce|nccl|rccl|all_?gather|reduce_?scatter"), {"communication"}, ALL),
     (re.compile(r"(?i)rms_?norm|layer_?norm"), {"norm", "rms_norm"}, ALL),
@@ -221,7 +222,7 @@ def _names(path) -> list[str]:
 def test_no_fixture_kernel_leaves_the_class_its_name_says(path) -> None:
     names = _names(path)
     checked = 0
-    for table_name in classes.builtin_backends():
+    for table_name in ALL:
         table = classes.load_builtin(table_name)
         for name in names:
             got = table.classify(name)

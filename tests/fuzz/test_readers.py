@@ -79,6 +79,8 @@ def _written(kind: str) -> Callable[[Path], Path]:
             return writers.write_kineto_json(table, folder / "trace.json", base_time_ns=1_699_999_000_000_000_000)
         if kind == "kineto-gz":
             return writers.write_kineto_json(table, folder / "trace.json.gz")
+        if kind == "perf":
+            return writers.write_perf_script(table, folder / "run.perf-script.txt")
         if kind == "parquet":
             from perflib.traces.parquet import write_trace_parquet
 
@@ -86,6 +88,19 @@ def _written(kind: str) -> Callable[[Path], Path]:
                           "cupti-text", "lifetime.txt", {"devices": ["H200"]})
             return write_trace_parquet(trace, folder / "trace.parquet", int(table.start_ns.iloc[2]), None)
         raise AssertionError(kind)
+    return make
+
+
+def _head_of(*parts: str, lines: int = 4000) -> Callable[[Path], Path]:
+    """The first `lines` lines of a gzipped text sample of tests/data, as plain text (mutations then reach
+    the parser, not only gzip's checks)."""
+    def make(folder: Path) -> Path:
+        import gzip
+
+        src = DATA.joinpath(*parts)
+        out = folder / src.name.removesuffix(".gz")
+        out.write_text("\n".join(gzip.decompress(src.read_bytes()).decode().splitlines()[:lines]) + "\n")
+        return out
     return make
 
 
@@ -117,6 +132,9 @@ INPUTS: dict[str, tuple[Callable[[Path], Path], Callable[[Path], Any]]] = {
     "nsys-real": (_copied("external", "nsys", "pipit_saxpy-mpi-cuda_nsys_perlmutter0.sqlite"), read_trace),
     "cupti": (_copied("traces", "cupti_trace_injection_sample.txt", data=True), read_trace),
     "parquet": (_written("parquet"), read_trace),
+    "perf": (_written("perf"), read_trace),
+    "perf-real": (_head_of("traces", "perf_llama_server_b4.perf-script.txt.gz"), read_trace),
+    "kineto-cpu-real": (_copied("traces", "vllm_cpu_rank0.pt.trace.json.gz", data=True), read_trace),
 }
 """Input name -> (how to make it in a folder, the reader)."""
 
@@ -346,7 +364,7 @@ def mutate_sqlite(path: Path, tables: list[str], edits: list[tuple[str, int, int
 # --- the tests ------------------------------------------------------------------------------------
 
 BYTE_INPUTS = sorted(INPUTS)
-JSON_INPUTS = ["rocprof-json", "kineto", "kineto-real"]
+JSON_INPUTS = ["rocprof-json", "kineto", "kineto-real", "kineto-cpu-real"]
 CSV_INPUTS = ["csv-A", "csv-B", "csv-C", "csv-D", "csv-E", "copy-7.0", "copy-6.3", "marker-api-csv",
               "stats-rocprofv3", "stats-legacy", "legacy"]
 SQL_TABLES = {

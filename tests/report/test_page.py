@@ -97,7 +97,7 @@ def test_page_sections_units_links_and_verdict_numbers(sample_copy, tmp_path):
     measured = [ln for ln in verdicts.splitlines() if "| confirmed |" in ln or "| ruled out |" in ln
                 or "| inconclusive |" in ln]
     assert measured and all(re.search(r"\d+\.\d+", ln) for ln in measured)
-    assert "not measured (no kernel trace for backend cpu" in verdicts
+    assert "not measured (no kernel trace of arm" in verdicts and "profiler: {kind: perf}" in verdicts  # the key
     assert "Gate: decode\\_tok\\_s at batch 1" in body
 
 

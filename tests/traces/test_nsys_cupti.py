@@ -232,7 +232,7 @@ def test_perflib_cupti_library_capture_on_the_h200() -> None:
             by_kind[kind] = by_kind.get(kind, 0) + 1
     assert by_kind == stats["records_by_kind"] and stats["dropped_records"] == 0 and stats["complete"] is True
     trace = read_trace(path)
-    kinds = trace.dispatches["kind"].value_counts().to_dict()
+    kinds = {k: n for k, n in trace.dispatches["kind"].value_counts().to_dict().items() if n}  # kinds present
     assert kinds == {"kernel": 1360, "memcpy": 81, "memset": 43}
     assert kinds["kernel"] == stats["records_by_kind"]["CONCURRENT_KERNEL"]
     assert trace.meta["malformed_record_lines"] == 0 and trace.meta["graph_launched"] >= 20

@@ -74,8 +74,8 @@ def test_the_first_screen_names_the_traced_arm_and_the_key_to_add(playbook_only)
     assert "add an arm with role: traced, of: kv-unified, profiler: {kind: cupti}" in head
 
 
-def test_an_arm_with_no_traced_arm_and_no_gpu_says_not_measured_without_a_key(playbook_only):
-    """A CPU server has no kernels to trace: no key is suggested for it."""
+def test_an_arm_with_no_traced_arm_names_the_profiler_that_would_trace_it(playbook_only):
+    """A CPU llama-server has no kernels, but perf samples it: that is the key suggested for it."""
     from dataclasses import replace
 
     from perflib.config import BackendSpec, ServerSpec
@@ -83,6 +83,6 @@ def test_an_arm_with_no_traced_arm_and_no_gpu_says_not_measured_without_a_key(pl
     cpu = BackendSpec(name="cpu", server=ServerSpec(preset="llama-server", build="cpu"))
     from perflib.verdicts.scopes import profiler_hint
 
-    assert profiler_hint(cpu) is None
+    assert profiler_hint(cpu) == "perf"
     assert profiler_hint(replace(cpu, server=ServerSpec(preset="vllm"))) == "torch"
     assert profiler_hint(replace(cpu, server=ServerSpec(command=("x",), build="rocm"))) == "rocprofv3"

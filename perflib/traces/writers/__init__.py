@@ -9,6 +9,7 @@ a million rows take seconds.
 - `kineto`: PyTorch profiler (Kineto) JSON.
 - `nsys`: Nsight Systems `nsys export --type sqlite` (2022 and 2024 export generations).
 - `cupti_text`: the CUPTI activity text the CUDA sample `cupti_trace_injection` prints.
+- `perf_script`: `perf script` text, one sample a row.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from perflib.traces.writers.common import GUID, HOST_AGENT
 from perflib.traces.writers.cupti_text import write_cupti_text
 from perflib.traces.writers.kineto import write_kineto_json
 from perflib.traces.writers.nsys import write_nsys_sqlite
+from perflib.traces.writers.perf_script import write_perf_script
 from perflib.traces.writers.rocpd import write_rocpd
 from perflib.traces.writers.rocprof_csv import (
     KERNEL_HEADERS,
@@ -32,7 +34,7 @@ from perflib.traces.writers.rocprof_json import write_rocprof_json
 from perflib.traces.writers.rocprof_legacy_db import write_results_db
 
 __all__ = ["GUID", "HOST_AGENT", "KERNEL_HEADERS", "write_all", "write_cupti_text", "write_kernel_trace_csv",
-           "write_kineto_json", "write_memory_copy_trace_csv", "write_nsys_sqlite", "write_results_db", "write_rocpd",
+           "write_kineto_json", "write_memory_copy_trace_csv", "write_nsys_sqlite", "write_perf_script", "write_results_db", "write_rocpd",
            "write_rocprof_json"]
 
 
