@@ -48,6 +48,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     worker.set_defaults(func=start_worker)
 
 
+NVML_OFF = "DASK_DISTRIBUTED__DIAGNOSTICS__NVML"
+"""Dask's setting for its NVML diagnostics, turned off in a pinned worker (`worker_command`)."""
+
+
 def worker_command(args: argparse.Namespace) -> tuple[dict[str, str], list[str]]:
     """(the environment added, the `dask worker` command line) for these arguments."""
     # late: the device and cluster modules load when the command runs, not at `perflib --help`
@@ -59,6 +63,10 @@ def worker_command(args: argparse.Namespace) -> tuple[dict[str, str], list[str]]
     gpu = args.gpu
     if gpu is not None:
         env.update(devices.pin_env(None if gpu.strip().lower() == "none" else gpu.strip()))
+        # Dask's system monitor asks NVML for the first visible GPU's handle by index; with the pin hiding
+        # every GPU (a CPU worker on a GPU box) that raises NVMLError_InvalidArgument and the worker dies at
+        # its start (seen on the H200). perflib records the pinned device itself (perflib.devices).
+        env[NVML_OFF] = "False"
     if args.data:
         env[DATA_VARIABLE] = os.path.abspath(args.data)
     suffix = "" if gpu is None else "-cpu" if gpu.strip().lower() == "none" else f"-gpu{gpu.strip()}"

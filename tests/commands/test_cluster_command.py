@@ -3,7 +3,10 @@ refusals; `campaign run --cluster` says where a cluster answers nothing."""
 
 from __future__ import annotations
 
+import os
 import socket
+import subprocess
+import sys
 
 import pytest
 
@@ -76,3 +79,16 @@ def test_a_cluster_that_does_not_answer_is_one_error_line(capsys, tmp_path, monk
     err = capsys.readouterr().err
     lines = [line for line in err.splitlines() if line.startswith("perflib: error:")]
     assert len(lines) == 1 and f"--cluster tcp://127.0.0.1:{port}: no scheduler answered" in lines[0], err
+
+
+def test_a_pinned_worker_turns_dasks_nvml_monitor_off(capsys):
+    """With every GPU hidden, Dask's NVML monitor killed the CPU worker at its start on the H200
+    (NVMLError_InvalidArgument): a pinned worker's environment turns it off, and Dask reads it so."""
+    out = printed(capsys, "tcp://127.0.0.1:8786", "--gpu", "none", "--backend", "cpu")
+    assert "DASK_DISTRIBUTED__DIAGNOSTICS__NVML=False" in out
+    env = {**os.environ, "DASK_DISTRIBUTED__DIAGNOSTICS__NVML": "False"}
+    pytest.importorskip("distributed")
+    said = subprocess.run([sys.executable, "-c", "import dask, distributed; "
+                           "print(dask.config.get('distributed.diagnostics.nvml'))"],
+                          env=env, capture_output=True, text=True, timeout=120, check=True).stdout.strip()
+    assert said == "False"
