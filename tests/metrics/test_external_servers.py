@@ -85,3 +85,5 @@ def test_vllm_snapshots_difference_to_the_clients_own_token_counts(fixtures):
         assert delta.dialect == "vllm" and delta.reset is False
         assert delta.deltas["prompt_tokens"] == prompt
         assert delta.deltas["generation_tokens"] == output
+        assert delta.decode_tokens == output - 1  # the client's completion tokens − 1 (perflib.checks `tokens`)
+        assert delta.extras["prompt_tokens"] == prompt
