@@ -18,6 +18,7 @@ from perflib.config import Campaign, CandidateSpec, GateSpec, parse_threshold
 from perflib.derive import DerivedTables
 from perflib.errors import InputError
 from perflib.runs import RUNS_COLUMNS
+from perflib.server.presets import PRESETS
 from perflib.verdicts.measures import MEASUREMENTS, Scope, change_pct, higher_is_better, trace_scope
 
 CONFIRMED, RULED_OUT, INCONCLUSIVE, NOT_MEASURED = "confirmed", "ruled out", "inconclusive", "not measured"
@@ -126,8 +127,8 @@ def profiler_hint(backend: Any) -> str | None:
     spec = backend.server_spec
     preset = spec.preset if spec is not None else None
     build = (spec.build if spec is not None else None) or ""
-    if preset in ("vllm", "sglang"):
-        return "torch"
+    if preset in PRESETS and PRESETS[preset].kernel_profiler:  # a PyTorch engine: its own profiler
+        return PRESETS[preset].kernel_profiler
     if build == "cpu" or backend.start == "llama-server-local":
         return None
     text = " ".join(str(x or "") for x in (build, backend.kernel_classes, backend.device, backend.name)).lower()
