@@ -185,9 +185,14 @@ class KinetoCut:
     note: str = ""
 
 
+def _timed(event: Any) -> bool:
+    """An event placed in time: not metadata (`ph` M: process and thread names, kept whatever its `ts`)."""
+    return isinstance(event, dict) and event.get("ph") != "M" and isinstance(event.get("ts"), int | float)
+
+
 def cut_kineto(source: Path, target: Path, clocks: Any, margin_ns: int = 50_000_000) -> KinetoCut:
     """A Kineto trace file (`.json` or `.json.gz`) written to `target` (gzip) with only the events that
-    overlap the level window ± `margin_ns`, and every metadata event: the form a per-run PyTorch trace is
+    overlap the level window ± `margin_ns`, and every metadata event (`ph` M): the form a per-run PyTorch trace is
     kept in, so that its run folder holds its level and not the idle seconds around the profiler's toggles.
 
     The window is the manifest's realtime readings (`clocks`), the file's clock is Unix ns through its
@@ -200,7 +205,7 @@ def cut_kineto(source: Path, target: Path, clocks: Any, margin_ns: int = 50_000_
         raise PerflibError(f"{source}: expected a Kineto trace (a JSON object with a traceEvents list)")
     events = doc["traceEvents"]
     base = doc.get("baseTimeNanoseconds")
-    timed = [e for e in events if isinstance(e, dict) and isinstance(e.get("ts"), int | float)]
+    timed = [e for e in events if _timed(e)]
 
     def to_ns(us: float) -> int:
         return int(round(us * 1000)) + int(base)
@@ -219,7 +224,7 @@ def cut_kineto(source: Path, target: Path, clocks: Any, margin_ns: int = 50_000_
         note = "copied whole: the trace has no baseTimeNanoseconds to put it on the level's clock"
     kept = events
     if not note and start is not None and end is not None:
-        kept = [e for e in events if not isinstance(e, dict) or not isinstance(e.get("ts"), int | float)
+        kept = [e for e in events if not _timed(e)
                 or (to_ns(e["ts"] + float(e.get("dur") or 0)) > start and to_ns(e["ts"]) < end)]
     doc["traceEvents"] = kept
     partial = target.with_name(target.name + ".partial")

