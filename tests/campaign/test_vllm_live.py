@@ -159,7 +159,11 @@ def test_a_campaign_with_a_torch_traced_arm_runs_to_its_page(vllm_python, hf_mod
     path.write_text(textwrap.dedent(CAMPAIGN.format(decode=DECODE)))
     code, stdout = _cli("campaign", "run", str(path), "--data", str(tmp_path / "data"), "--reports",
                         str(tmp_path / "reports"), "--no-contention", "--json")
-    assert code == 0, stdout
+    result = json.loads(stdout)
+    assert result["failed"] == [] and result["runs_complete"] == result["runs_total"] == 4, stdout
+    # a run whose trace could not be attributed is partial (exit 1): a CPU trace has no GPU dispatch to
+    # attribute until CPU attribution lands (issue 28 item 3); only the traced arm's runs can be
+    assert code == (1 if result["partial"] else 0) and all(p["run"].startswith("base-torch/") for p in result["partial"])
     arm_dir = tmp_path / "data" / "raw" / "vllm-live" / "base-torch" / "vllm-cpu"
     record = json.loads((arm_dir / rundir.SERVER_RECORD).read_text())
     start = record["starts"][0]
