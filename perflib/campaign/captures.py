@@ -21,7 +21,8 @@ from perflib import cut, rundir, traces
 from perflib.campaign.servers import SERVER_RECORD, Segment, earlier_starts
 from perflib.config import Campaign, RunSpec
 from perflib.errors import PerflibError
-from perflib.server.profilers import LIFETIME_KINDS, Capture
+from perflib.server import profilers
+from perflib.server.profilers import Capture
 
 
 @dataclass(frozen=True)
@@ -61,7 +62,7 @@ def recut_pending(campaign: Campaign, data: Path, log: object = None) -> list[tu
     for arm in campaign.arms:
         for backend in campaign.backends:
             profiler = campaign.profiler(arm.name, backend.name)
-            if profiler.kind not in LIFETIME_KINDS:
+            if profilers.profiler_kind(profiler.kind).cut != "lifetime":
                 continue
             path = rundir.backend_dir(data, campaign.name, arm.name, backend.name) / SERVER_RECORD
             for start in earlier_starts(path) if path.is_file() else []:
@@ -95,7 +96,7 @@ def collect_capture(capture_of: Capture, served: list[RunSpec], record: dict, da
     except PerflibError as exc:
         _note_runs(runs, data, f"profiler {capture_of.kind}: {killed_while_flushing(capture_of.kind, record)}{exc}")
         return Collected(None, errors=tuple((r.label, str(exc)) for r in runs))
-    if capture is None:  # torch: one file per run, moved in already
+    if capture is None:  # a per-run kind (torch): each run's file moved in already
         return Collected(None)
     try:
         if not capture.exists():

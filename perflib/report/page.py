@@ -22,7 +22,7 @@ from typing import Any
 
 import pandas as pd
 
-from perflib import atomic, checks, rundir
+from perflib import atomic, checks, metrics, rundir
 from perflib import verdicts as v
 from perflib.config import Campaign
 from perflib.derive import DerivedTables
@@ -170,25 +170,10 @@ def _absent_line(campaign: Campaign, tables: DerivedTables) -> str:
         else "", unusable) if t)
 
 
-OCCUPANCY = {
-    "llamacpp": "occupancy (llama.cpp, no decode-step counter) is the window average of "
-                "n_busy_slots_per_decode over Δn_decode_total calls, prompt batches and slots still in prefill "
-                "included",
-    "vllm": "occupancy (vLLM) is Δgeneration_tokens_total / Δiteration_tokens_total_count per engine step, "
-            "prefill steps included",
-    "sglang": "occupancy (SGLang) is the mean of num_running_reqs sampled during the level",
-    "mlxcel": "occupancy (mlxcel) is Δdecode_tokens / Δdecode_steps",
-}
-"""The formula each dialect's `perflib.metrics.figures.derive_*` uses (SERVERS.md §5)."""
-
-
 def occupancy_caption(campaign: Campaign, tables: DerivedTables) -> str:
-    """The occupancy formula of the dialects the runs used (SERVERS.md), not a generic one."""
-    dialects = sorted({b.dialect for b in campaign.backends if not b.trace_only})
-    texts = [OCCUPANCY[d] for d in dialects if d in OCCUPANCY]
-    if "auto" in dialects or not texts:
-        texts.append("occupancy is the dialect's own formula (SERVERS.md §5; `perflib metrics diff --help`)")
-    return "; ".join(texts) + "."
+    """The occupancy formula of the dialects the runs used (the dialect registry's captions, SERVERS.md),
+    not a generic one."""
+    return metrics.occupancy_caption(sorted({b.dialect for b in campaign.backends if not b.trace_only}))
 
 
 def environment_section(inputs: PageInputs) -> str:

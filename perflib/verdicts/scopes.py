@@ -18,6 +18,7 @@ import pandas as pd
 from perflib.classes import builtin_class_names, load_class_file
 from perflib.config import Campaign, CandidateSpec, question_levels
 from perflib.derive import DerivedTables
+from perflib.server.presets import PRESETS
 from perflib.verdicts.measures import MEASUREMENTS, Scope
 
 
@@ -92,8 +93,8 @@ def profiler_hint(backend: Any) -> str | None:
     spec = backend.server_spec
     preset = spec.preset if spec is not None else None
     build = (spec.build if spec is not None else None) or ""
-    if preset in ("vllm", "sglang"):
-        return "torch"
+    if preset in PRESETS and PRESETS[preset].kernel_profiler:  # a PyTorch engine: its own profiler
+        return PRESETS[preset].kernel_profiler
     if build == "cpu" or backend.start == "llama-server-local":
         return "perf"
     text = " ".join(str(x or "") for x in (build, backend.kernel_classes, backend.device, backend.name)).lower()

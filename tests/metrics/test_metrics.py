@@ -88,7 +88,7 @@ def test_detect_dialect(name: str, dialect: str) -> None:
 
 
 def test_unknown_text_is_an_error_naming_the_prefixes() -> None:
-    with pytest.raises(PerflibError, match="llamacpp:, mlxcel_, vllm: or sglang:"):
+    with pytest.raises(PerflibError, match="mlxcel_, llamacpp:, vllm: or sglang:"):
         metrics.diff("# nothing\nprocess_cpu_seconds_total 1\n", "process_cpu_seconds_total 2\n")
 
 
@@ -324,14 +324,17 @@ def test_vllm_formulas() -> None:
     d = metrics.diff(b, a)
     assert d.dialect == "vllm" and not d.reset and d.absent == ()
     assert d.decode_steps == steps == 128  # 1 prefill step + 127 decode steps
-    assert d.decode_tokens == gen == 512
+    finished = delta(b, a, "vllm:request_success_total")
+    assert d.decode_tokens == gen - finished == 512 - 4  # each request's first token comes from its prefill
     assert d.occupancy == pytest.approx(gen / steps) == 4.0
+    prompt = delta(b, a, "vllm:iteration_tokens_total_sum") - gen
+    assert d.extras["prefill_tokens_per_step"] == pytest.approx(prompt / steps)
+    assert d.extras["prompt_tokens"] == delta(b, a, "vllm:prompt_tokens_total")
     assert d.decode_step_ms == pytest.approx(1000 * itl_sum / itl_count) == pytest.approx(25.0)
     assert d.raw_step_ms == pytest.approx(1000 * itl_sum / steps)
     assert d.tokens_predicted_seconds == pytest.approx(delta(b, a, "vllm:request_decode_time_seconds_sum"))
     assert d.extras["iteration_tokens_per_step"] == pytest.approx(
         delta(b, a, "vllm:iteration_tokens_total_sum") / steps)
-    finished = delta(b, a, "vllm:request_success_total")
     assert d.extras["decode_time_step_ms"] == pytest.approx(1000 * d.tokens_predicted_seconds / (gen - finished))
     assert d.extras["request_tpot_mean_ms"] == pytest.approx(25.0)
     assert d.per_stream_tok_s == pytest.approx(1000 / d.decode_step_ms)
