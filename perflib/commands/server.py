@@ -186,9 +186,9 @@ def _start(args: argparse.Namespace) -> int:
         ctx = args.ctx_size or server.ctx_size_for(args.parallel, args.context, args.decode_tokens)
         handle = server.start_llama_server(model, parallel=args.parallel, ctx_size=ctx, log_path=Path(args.log),
                                            threads=args.threads, metrics=not args.no_metrics, port=args.port)
-        print(f"llama-server ready at {handle.base_url}  (--parallel {args.parallel} --ctx-size {ctx}; log "
-              f"{args.log}; pid {handle.process.pid})", flush=True)
-        try:
+        try:  # the ready line inside: a stop signal that lands as soon as it is read still stops the server
+            print(f"llama-server ready at {handle.base_url}  (--parallel {args.parallel} --ctx-size {ctx}; log "
+                  f"{args.log}; pid {handle.process.pid})", flush=True)
             while handle.alive():
                 time.sleep(0.5)
         except KeyboardInterrupt as exc:
