@@ -12,7 +12,7 @@ import pytest
 
 from perflib.errors import PerflibError
 from perflib.server import perf
-from perflib.server.profilers import LIFETIME_KINDS, LIVE_KINDS, Capture
+from perflib.server.profilers import LIVE_KINDS, Capture, profiler_kind
 from perflib.traces import ReadMode, detect_format, read_trace
 
 needs_perf = pytest.mark.skipif(shutil.which("perf") is None, reason="perf is not installed")
@@ -30,7 +30,7 @@ def test_the_server_runs_under_perf_record_on_the_monotonic_clock(tmp_path):
     assert capture.grace_s == perf.GRACE_S and Capture("cupti", tmp_path).grace_s == 0.0
     assert capture.stop_leader and not Capture("nsys", tmp_path).stop_leader  # perf passes the stop on
     assert env == {"A": "1"} and stdout is None and (tmp_path / "capture").is_dir()
-    assert "perf" in LIVE_KINDS and "perf" in LIFETIME_KINDS
+    assert "perf" in LIVE_KINDS and profiler_kind("perf").cut == "lifetime" and profiler_kind("perf").method == "wrap"
 
 
 def test_a_missing_perf_is_said_before_the_server_starts(tmp_path):
