@@ -75,13 +75,25 @@ def _duration(ns: int) -> str:
     return f"{ns / 1e9:.1f} s" if ns >= 1e9 else f"{ns / 1e6:.0f} ms"
 
 
+def _instants(chunk_ns: Sequence[int]) -> int:
+    """How many instants a stream's chunks reached the client at: chunks read within `BURST_ITL_MS` of the
+    one before are one arrival (a buffered stream read in one burst gives many chunks, one instant)."""
+    times = sorted(int(t) for t in chunk_ns)
+    if not times:
+        return 0
+    gap = BURST_ITL_MS * 1e6
+    return 1 + sum(1 for a, b in zip(times, times[1:], strict=False) if b - a >= gap)
+
+
 def _coalesced(records: Sequence[Mapping[str, Any]]) -> str:
     """'64 tokens in 1 chunk' where the median request's stream carried more than
-    `COALESCED_TOKENS_PER_CHUNK` tokens per chunk, else ''."""
+    `COALESCED_TOKENS_PER_CHUNK` tokens per arrival (`_instants`: one token a chunk, but every chunk read
+    at one instant, is as coalesced as one chunk of every token), else ''."""
     seen = []
     for r in records:
-        tokens = r.get("completion_tokens") or len(r.get("chunk_ns") or [])
-        chunks = max(1, len(r.get("chunk_ns") or []))
+        chunks_ns = r.get("chunk_ns") or []
+        tokens = r.get("completion_tokens") or len(chunks_ns)
+        chunks = max(1, _instants(chunks_ns))
         if tokens > 1:
             seen.append((tokens / chunks, tokens, chunks))
     if not seen:
@@ -316,7 +328,11 @@ def summarize_run(run_dir: Path | str) -> dict[str, Any]:
     steady = steady_step(ok)
     row.update(steady_step_ms=steady.step_ms, steady_step_samples=steady.samples,
                steady_step_burst_share=steady.burst_share, steady_step_reason=steady.reason)
-    parts = decode_window_decomposition(ok, steady.step_ms)
+    window = client_window(ok)
+    if window is not None and window.coalesced:  # the client's first tokens are when it read them: no window
+        parts = Decomposition(None, None, None, None, [], window.why)
+    else:
+        parts = decode_window_decomposition(ok, steady.step_ms)
     row.update(own_step_share=parts.own_step_share, prefill_share=parts.prefill_share,
                other_share=parts.other_share, overlap_share=parts.overlap_share, window_ms=parts.window_ms)
     row.update(_counter_figures(run_dir, manifest, records, row["errors"]))

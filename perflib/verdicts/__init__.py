@@ -9,11 +9,14 @@
   with the number and the threshold; the regression gates; `check_campaign`.
 - `compare`: a before/after change over the repeats, its 95% interval (Welch t) and the repeats that
   would decide it.
+- `step_prefill`: interleaved prefill from the engine's own step phases (a traced level the client cannot
+  time: a coalesced stream, staggered requests).
 - `answer`: each candidate summarised across levels in one line, the levels the question names first;
   the campaign's whole answer as one JSON-ready dictionary.
 """
 
 from perflib.config.thresholds import Threshold, parse_threshold
+from perflib.verdicts import step_prefill  # noqa: F401 - registers step_prefill_share
 from perflib.verdicts.answer import Answer, answer_dict, answers
 from perflib.verdicts.compare import Change, change_of, repeats_to_decide
 from perflib.verdicts.evaluate import (
