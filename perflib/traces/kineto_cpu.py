@@ -69,9 +69,12 @@ def events_of(path: Path) -> Iterator[list]:
 def _exact_where_needed(events: list, chunk: bytes | None, path: Path) -> list:
     """The chunk's events, parsed again keeping decimal text where a float `ts` needs it (`kineto`)."""
     for e in events:
-        ts = e.get("ts") if isinstance(e, dict) else None
-        if type(ts) is float and abs(ts) >= kineto.EXACT_BELOW_US and chunk is not None:
-            return json_stream.loads(chunk, exact=True)
+        if not isinstance(e, dict) or chunk is None:
+            continue
+        for key in ("ts", "dur"):  # a float either way (a huge integer parses as one) needs its text
+            value = e.get(key)
+            if type(value) is float and abs(value) >= kineto.EXACT_BELOW_US:
+                return json_stream.loads(chunk, exact=True)
     return events
 
 

@@ -148,7 +148,8 @@ def test_campaign_end_to_end_with_a_failing_notebook_and_resume(tmp_path, llama_
     assert "x" in summary and page.index(summary) < page.index("## Verdicts")  # the answer opens the page
     (line,) = [ln for ln in verdict_rows if "| arm default," in ln]  # the detail row, below the level grid
     assert "ms at batch 2 over" in line and "x:" in line  # the verdict carries its numbers
-    assert "not measured (no kernel trace for backend cpu" in page
+    # an untraced CPU arm: "not measured", naming the key that would trace it (perf's samples on the CPU)
+    assert "not measured (no kernel trace of arm default on backend cpu" in page and "{kind: perf}" in page
 
     # resume in the runner's process: the two complete runs are skipped, the failed ones redone
     kept = (ok_dir / "requests.jsonl").read_bytes()
