@@ -261,7 +261,8 @@ def _attributed_trace(campaign: Campaign, spec: Any, run: RunSpec, run_dir: Path
                 return done
         summary = attribution.summarize(trace, window=level.window, classes=table, steps=level.count,
                                         step_marker=marker)
-        split = attribution.host_gaps(trace, summary.window, summary.step_table, summary.decode_periods())
+        split = attribution.host_gaps(trace, summary.window, summary.step_table, summary.decode_periods(),
+                                      sampling=summary.sampling)
     except Exception as exc:  # noqa: BLE001 - a bad trace is a result for the page, not a crash
         return runcache.Attributed(source, error=str(exc))  # not stored: what broke may be passing (memory)
     done = runcache.Attributed(source, {

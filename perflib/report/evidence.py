@@ -8,7 +8,7 @@ from typing import Any
 
 import pandas as pd
 
-from perflib.attribution import HOST_GAP_LABELS, HOST_GAP_PARTS
+from perflib.attribution import HOST_GAP_API_RECORDS, HOST_GAP_BASIS_TEXT, HOST_GAP_LABELS, HOST_GAP_PARTS
 from perflib.config import Campaign, question_levels
 from perflib.derive import DerivedTables
 from perflib.pageinputs import Reference
@@ -286,19 +286,22 @@ def _host_gap_split(tables: DerivedTables) -> str:
     if not int(frame["measured"].sum()):
         why = "; ".join(escape_md(n) for n in dict.fromkeys(str(n) for n in frame["note"] if n))
         return f"{title}: not measured: {why or 'no host API records'}."
+    hg = tables.host_gaps
+    bases = list(dict.fromkeys(str(b) for b in hg["basis"] if isinstance(b, str) and b)) \
+        if "basis" in hg.columns else []
     rows = [{**_keys(r), "runs": f"{int(r.measured)} of {int(r.runs)}" if r.measured != r.runs else str(int(r.runs)),
              "gap": fmt(r.gap_ms_per_step, ".2f", " ms"), **{p: _part(r, p) for p in HOST_GAP_PARTS},
              "launches": fmt(r.launch_calls_per_step, ".0f"), "why": escape_md(r.note)}
             for r in frame.itertuples(index=False)]
-    text, _ = table(rows, [*KEYS, Column("runs", "traces with API records", True),
+    which = "traces with API records" if bases in ([], [HOST_GAP_API_RECORDS]) else "traces split"
+    text, _ = table(rows, [*KEYS, Column("runs", which, True),
                            Column("gap", "host gap / step", True),
                            *(Column(p, HOST_GAP_LABELS[p], True) for p in HOST_GAP_PARTS),
                            Column("launches", "launch calls / step", True), Column("why", "not measured")])
-    intro = (f"{title}, per step and as a share of the gap, from the host API records of the threads that "
-             "launch the kernels: sync and copy wait where a synchronising call or a device-to-host copy is in "
-             "flight, else launch where a kernel or graph launch call is, else other API where any other call "
-             "is, else host compute (no API call in flight: the server's scheduling, sampling, output "
-             "processing). The four add up to the gap; medians over repeats."
+    said = "; ".join((f"{b}: " if len(bases) > 1 else "") + HOST_GAP_BASIS_TEXT.get(b, b)
+                     for b in bases or [HOST_GAP_API_RECORDS])
+    intro = (f"{title}, per step and as a share of the gap, {said}. The four add up to the gap; medians over "
+             "repeats."
              + (f" {DECODE_ONLY}, over its decode steps alone (each from the previous step's end)."
                 if tb.phased(tables) else ""))
     return join(intro, text)

@@ -17,6 +17,7 @@ from typing import Any
 import pandas as pd
 
 from perflib import checks
+from perflib.attribution import WORK_CPU_OPS
 from perflib.attribution.samples import sampled_label, share_text
 from perflib.classes import OTHER
 from perflib.derive import DerivedTables
@@ -464,36 +465,53 @@ def gap_share(tables: DerivedTables, scope: Scope) -> Measured:
 
 
 def _gap_part(tables: DerivedTables, scope: Scope, part: str) -> Measured:
-    """One part of the host gap as a share of the step (`gapsplit`), or why it was not measured."""
+    """One part of the host gap as a share of the step (`gapsplit`), or why it was not measured. On a CPU
+    backend: from perf samples, the pooled share of the decode threads' samples in sync or host work; from
+    CPU operators, the time between them, all host compute; launch (other API, and a CPU operator trace's
+    sync) 0, with the reason: the CPU runs the model's operators itself."""
+    pooled = _sampled(tables, scope)
+    if pooled is not None and pooled["samples"]:
+        return _sampled_part(tables, scope, pooled, part)
     split = gapsplit.split_of(_select(tables.host_gaps, scope))
     if split is None or split.no_decode:  # no_decode: the trace rows' phase note says so (`_no_trace`)
         return _no_trace(tables, scope)
     if not split.measured:
         return Measured(None, "", split.note)
-    return Measured(split.step_share[part], split.sentence(part) + _guess(_select(tables.trace_runs, scope)))
+    guess = _guess(_select(tables.trace_runs, scope))
+    if split.basis == WORK_CPU_OPS:
+        return Measured(split.step_share[part], gapsplit.cpu_ops_sentence(split, part, guess))
+    return Measured(split.step_share[part], split.sentence(part) + guess)
+
+
+def _sampled_part(tables: DerivedTables, scope: Scope, pooled: dict[str, Any], part: str) -> Measured:
+    """A part of a sampled window's sync + host share (`gapsplit.sampled_part`), pooled over repeats."""
+    row = _trace_row(tables, scope)
+    step = row["window_ms"] / row["steps"] if row is not None and row["window_ms"] and row["steps"] else None
+    value, text = gapsplit.sampled_part(part, pooled, _of_samples(pooled), step)
+    return Measured(value, text)
 
 
 @measurement("launch_share", unit="fraction", trace=True)
 def launch_share(tables: DerivedTables, scope: Scope) -> Measured:
-    """Host gap with a launch call in flight (and no sync), as a share of the step, from the host API records."""
+    """Host gap with a launch call in flight (and no sync), as a share of the step, from the host API records (0 on a CPU: no launches)."""
     return _gap_part(tables, scope, "launch")
 
 
 @measurement("sync_share", unit="fraction", trace=True)
 def sync_share(tables: DerivedTables, scope: Scope) -> Measured:
-    """Host gap with a synchronising call or a device-to-host copy in flight, as a share of the step."""
+    """Host gap with a synchronising call or a device-to-host copy in flight (perf samples: the sync samples), as a share of the step."""
     return _gap_part(tables, scope, "sync")
 
 
 @measurement("other_api_share", unit="fraction", trace=True)
 def other_api_share(tables: DerivedTables, scope: Scope) -> Measured:
-    """Host gap with only other API calls in flight (no launch, no sync), as a share of the step."""
+    """Host gap with only other API calls in flight (no launch, no sync), as a share of the step (0 on a CPU)."""
     return _gap_part(tables, scope, "other_api")
 
 
 @measurement("host_compute_share", unit="fraction", trace=True)
 def host_compute_share(tables: DerivedTables, scope: Scope) -> Measured:
-    """Host gap with no API call in flight on the launching threads (scheduling, sampling), as a share of the step."""
+    """Host gap with no API call in flight on the launching threads (CPU: between operators; perf: host samples), as a share of the step."""
     return _gap_part(tables, scope, "host_compute")
 
 
