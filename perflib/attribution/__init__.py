@@ -55,6 +55,7 @@ from perflib.attribution.summary import (
     summarize,
 )
 from perflib.attribution.windows import (
+    DECODE_ONLY,
     DEFAULT_STEP_MARKER,
     Coverage,
     DecodeWindow,
@@ -71,7 +72,7 @@ from perflib.attribution.windows import (
 )
 
 __all__ = [
-    "DECODE_COLUMNS", "DECODE_KERNEL_COLUMNS", "PHASES", "PHASE_COLUMNS", "phase_kernel_time", "phase_of",
+    "DECODE_COLUMNS", "DECODE_KERNEL_COLUMNS", "DECODE_ONLY", "PHASES", "PHASE_COLUMNS", "phase_kernel_time", "phase_of",
     "DEFAULT_STEP_MARKER", "ENGINE_FAMILIES", "GAP_BUCKETS", "MIN_STEPS", "WORK_CPU_OPS", "WORK_GPU", "WORK_SAMPLES",
     "WORK_WORDS", "Coverage", "DecodeWindow", "LevelWindow", "SampleSplit", "StepCount", "StepFamily", "StepSplit",
     "TraceSummary", "Window", "busy_ns", "coverage", "decode_window_from_run", "find_steps", "gap_buckets", "interval",

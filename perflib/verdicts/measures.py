@@ -212,6 +212,23 @@ def _no_trace(tables: DerivedTables, scope: Scope, batch: int | None = None) -> 
     return Measured(None, "", f"no kernel trace at {_where(scope, batch)}")
 
 
+def window_prefill(tables: DerivedTables, scope: Scope, batches: tuple[int | None, ...] = (None,)) -> float | None:
+    """The largest share of the level's requests' prefill in the trace windows a trace measurement at the
+    scope reads (`trace_runs`' `window_prefill_share`, at each of `batches`; None: the scope's), or None
+    where none holds any: a staggered level whose decode-only part was too short to attribute over
+    (`perflib.attribution.windows.decode_window_from_run`). A trace whose engine names its steps' phases
+    holds none that matters: its decode figures are over its decode steps alone."""
+    shares = []
+    for batch in batches:
+        sel = _select(tables.trace_runs, scope, batch)
+        if sel is None or not len(sel) or "window_prefill_share" not in sel.columns:
+            continue
+        if "decode_steps" in sel.columns:  # steps with phases: the decode figures are the decode steps' alone
+            sel = sel[pd.to_numeric(sel["decode_steps"], errors="coerce").isna()]
+        shares += pd.to_numeric(sel["window_prefill_share"], errors="coerce").dropna().tolist()
+    return max(shares) if shares and max(shares) > 0 else None
+
+
 def _window_reason(runs: pd.DataFrame) -> str:
     """Why these runs' client saw no steady step: the first `steady_step_reason` (a staggered or coalesced
     decode window, `perflib.runs.client_window`), or ''."""
