@@ -409,17 +409,29 @@ def floor(tables: DerivedTables, campaign: Campaign, figure: dict | None) -> str
     return section("Step over floor", join(intro, note), text, f"{len(rows)} levels", figure)
 
 
+NOT_RECORDED = "not recorded"
+"""What the ratio table says a measured row ran on where its manifests recorded no host or device (and some
+other row's did: where none did, the column is left out)."""
+
+
 def ratio(tables: DerivedTables, campaign: Campaign, arms: Sequence[str], references: Sequence[Reference],
           ran_on: dict[tuple[str, str], str] | None = None) -> str:
+    """The cross-backend reference ratio: this campaign's backends, each with the host and device its runs
+    recorded (`ran_on`), then each `compare_with` campaign's rows with its own (`Reference.ran_on`): a
+    compared campaign was made elsewhere, often long before, so never this campaign's."""
     frame = tb.ratio_table(tables, [b.name for b in campaign.backends], campaign.other_backends, campaign.batches,
                            arms, references=references, other_note=campaign.other_backends_note,
                            no_counters={b.name: "backend (profiler captures, no /metrics)"
                                         for b in campaign.backends if b.trace_only})
+    theirs = {ref.label: ref.ran_on for ref in references}  # a compared campaign's: from its own manifests
+    where = [None if r.arm is None else theirs[r.source] if r.source in theirs
+             else (ran_on or {}).get((str(r.arm), str(r.backend)), "") for r in frame.itertuples(index=False)]
+    said = any(where)  # where some row names its host, a measured row that cannot says so
     rows = [{"backend": escape_md(r.backend), "source": escape_md(r.source), "context": int_or_na(r.context),
              "batch": int_or_na(r.batch), "step_1": fmt(r.step_1_ms, ".2f", " ms"),
              "step_b": fmt(r.step_b_ms, ".2f", " ms"), "ratio": fmt(r.ratio, ".2f", "x"), "note": escape_md(r.note),
-             "ran_on": escape_md((ran_on or {}).get((str(r.arm), str(r.backend)), ""))}  # issue 29: each host named
-            for r in frame.itertuples(index=False)]
+             "ran_on": escape_md(w or (NOT_RECORDED if said and w is not None else ""))}  # each host named
+            for r, w in zip(frame.itertuples(index=False), where, strict=True)]
     text, _ = table(rows, [Column("backend", "backend", keep=True), Column("source", "source"),
                            Column("context", "context (tokens)", True), Column("batch", "batch B", True),
                            Column("step_1", "step at batch 1", True), Column("step_b", "step at batch B", True),
