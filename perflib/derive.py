@@ -33,7 +33,7 @@ COLUMNS: dict[str, list[str]] = {
                     "trace_loss", "profiler_loss"],
     "trace_runs": KEYS + ["dispatches", "window_ms", "busy_ms", "gap_ms", "busy_share", "steps", "busy_ms_per_step",
                           "gap_ms_per_step", "step_method", "steps_guessed", "window", "window_why",
-                          *attribution.DECODE_COLUMNS],
+                          "window_prefill_share", *attribution.DECODE_COLUMNS],
     "classes": KEYS + ["kernel_class", "time_ms", "count", "ms_per_step", "share", *attribution.DECODE_KERNEL_COLUMNS],
     "kernels": KEYS + ["kernel", "kernel_class", "time_ms", "count", "ms_per_step", "share",
                        *attribution.DECODE_KERNEL_COLUMNS],
@@ -258,7 +258,8 @@ def _attributed_trace(campaign: Campaign, spec: Any, run: RunSpec, run_dir: Path
                 return done
         summary = attribution.summarize(trace, window=level.window, classes=table, steps=level.count,
                                         step_marker=marker)
-        split = attribution.host_gaps(trace, summary.window, summary.step_table, summary.decode_periods())
+        split = attribution.host_gaps(trace, summary.window, summary.step_table, summary.decode_periods(),
+                                      sampling=summary.sampling)
     except Exception as exc:  # noqa: BLE001 - a bad trace is a result for the page, not a crash
         return runcache.Attributed(source, error=str(exc))  # not stored: what broke may be passing (memory)
     done = runcache.Attributed(source, {
@@ -268,6 +269,7 @@ def _attributed_trace(campaign: Campaign, spec: Any, run: RunSpec, run_dir: Path
                                      "busy_ms_per_step": summary.busy_ms_per_step,
                                      "gap_ms_per_step": summary.gap_ms_per_step, "step_method": summary.step_method,
                                      "steps_guessed": summary.steps_guessed, "window": level.kind, "window_why": level.why,
+                                     "window_prefill_share": level.prefill_share,
                                      **summary.decode_columns(), **summary.extras}]),
         "classes": summary.classes, "kernels": summary.kernels, "gaps": summary.gap_buckets,
         "steps": split.with_steps(summary.step_table), "phases": summary.phases,

@@ -60,7 +60,7 @@ def _empty(columns: Sequence[str]) -> pd.DataFrame:
 @dataclass(frozen=True)
 class Reference:
     """A `compare_with` campaign: the label its rows stand under, the backend and arm the ratio table
-    reads, its batches, and its derived runs (runs.csv rows)."""
+    reads, its batches, its derived runs (runs.csv rows) and where those ran."""
 
     label: str
     campaign: str
@@ -68,6 +68,9 @@ class Reference:
     arm: str
     batches: tuple[int, ...]
     runs: pd.DataFrame = field(default_factory=lambda: derive.empty("runs"))
+    ran_on: str = ""
+    """Where its arm and backend ran (host: device, `ran_on`), from its own run folders' manifests: a compared
+    campaign was made elsewhere, often long before; '' where they recorded none."""
 
     def tables(self) -> derive.DerivedTables:
         return derive.DerivedTables(runs=self.runs)
@@ -259,15 +262,16 @@ def environment_facts(campaign: Campaign) -> pd.DataFrame:
 
 def references(campaign: Campaign) -> tuple[Reference, ...]:
     """The `compare_with` campaigns' derived runs, rebuilt from their own raw data (from this campaign's
-    data folder where it holds theirs too, as under `--data`)."""
+    data folder where it holds theirs too, as under `--data`), and where each ran, from its own manifests."""
     out = []
     for ref in campaign.compare_with:
         other = read_campaign(ref.campaign)
         if (campaign.data_dir / "raw" / other.name).is_dir():
             other = replace(other, data_dir=campaign.data_dir)
-        out.append(Reference(label=ref.label or f"campaign {other.name}", campaign=other.name,
-                             backend=ref.backend or other.backends[0].name, arm=other.compared_arms[-1].name,
-                             batches=tuple(other.batches), runs=derive.build(other).runs))
+        backend, arm = ref.backend or other.backends[0].name, other.compared_arms[-1].name
+        where = ran_on(environment_rows(other, manifests(other))).get((arm, backend), "")
+        out.append(Reference(label=ref.label or f"campaign {other.name}", campaign=other.name, backend=backend,
+                             arm=arm, batches=tuple(other.batches), runs=derive.build(other).runs, ran_on=where))
     return tuple(out)
 
 
@@ -337,7 +341,7 @@ def write(inputs: PageInputs, out_dir: Path) -> list[Path]:
            "reports_dir": _rel(inputs.reports_dir, data),
            "environment_files": [{"label": label, "file": _rel(file, data)} for label, file in inputs.environment_files],
            "references": [{"label": r.label, "campaign": r.campaign, "backend": r.backend, "arm": r.arm,
-                           "batches": list(r.batches)} for r in inputs.references],
+                           "batches": list(r.batches), "ran_on": r.ran_on} for r in inputs.references],
            "notes": [{"text": text, "link": _rel(link, data) or None} for text, link in inputs.notes],
            "see_also": [{"entry": entry, "target": target} for entry, target in inputs.see_also],
            "pages": {name: list(named) for name, named in inputs.pages.items()}}
@@ -366,7 +370,7 @@ def read(out_dir: Path) -> PageInputs:
     facts = frames["environment_facts.csv"]
     runs = _read_csv(out_dir / REFERENCE_RUNS, ["reference"])
     refs = tuple(Reference(label=r["label"], campaign=r["campaign"], backend=r["backend"], arm=r["arm"],
-                           batches=tuple(r["batches"]),
+                           batches=tuple(r["batches"]), ran_on=str(r.get("ran_on") or ""),
                            runs=runs[runs["reference"] == r["label"]].drop(columns="reference").reset_index(drop=True))
                  for r in doc["references"])
     return PageInputs(

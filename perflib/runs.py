@@ -145,6 +145,84 @@ def overlap_decode_tokens(window: ClientWindow | None, step_ms: float | None, de
     return asked + math.ceil(window.stagger_ns / 1e6 / step_ms) + MIN_STEADY_SAMPLES
 
 
+MIN_DECODE_ONLY_STEPS = MIN_STEADY_SAMPLES
+"""Fewest decode steps the decode-only part of a decode span must hold for a trace to be attributed over
+it instead of over the span (`decode_only`): the bar a client steady step needs, so that a per-step figure
+stands on as many steps as the step itself does."""
+
+
+@dataclass(frozen=True)
+class DecodeOnly:
+    """The longest part of a window in which no request of the level is in prefill (none between its
+    start and its first token), in CLOCK_MONOTONIC ns; `steps` the decode steps in it as the client counts
+    them (the most token chunks one request received inside it: the request decoding through all of it;
+    0 where the stream was coalesced, its chunks timing no step), `prefill_share` the share of the whole
+    window that some request's prefill covers, `decoding` the mean number of requests decoding over the
+    part, `parts` how many separate decode-only parts the window has."""
+
+    start_ns: int
+    end_ns: int
+    steps: int
+    prefill_share: float
+    decoding: float
+    parts: int
+    window_ns: int
+
+    @property
+    def usable(self) -> bool:
+        """Whether it holds at least `MIN_DECODE_ONLY_STEPS` steps: a trace is then attributed over it."""
+        return self.end_ns > self.start_ns and self.steps >= MIN_DECODE_ONLY_STEPS
+
+    def describe(self) -> str:
+        """'the decode-only part (no request in prefill): 356 ms, 4.4% of the window, 63 steps, 4.6 requests
+        decoding on average'."""
+        length = self.end_ns - self.start_ns
+        share = f", {100 * length / self.window_ns:.1f}% of the span" if self.window_ns > 0 else ""
+        of = f" (the longest of {self.parts})" if self.parts > 1 else ""
+        return (f"the decode-only part{of} (no request in prefill): {_duration(length)}{share}, {self.steps} steps, "
+                f"{self.decoding:.1f} requests decoding on average")
+
+
+def _prefill_spans(records: Sequence[Mapping[str, Any]], hi: int) -> list[tuple[int, int]]:
+    """Each request's prefill, [start, first token] (a request with no first token: to its end, else to
+    `hi`): while it lasts, the server's steps carry its prompt."""
+    spans = []
+    for r in records:
+        if r.get("start_ns") is None:
+            continue
+        end = r.get("first_token_ns") if r.get("first_token_ns") is not None else r.get("end_ns")
+        spans.append((int(r["start_ns"]), int(end) if end is not None else hi))
+    return spans
+
+
+def decode_only(records: Sequence[Mapping[str, Any]], start_ns: int, end_ns: int,
+                coalesced: bool = False) -> DecodeOnly | None:
+    """Where in `[start_ns, end_ns)` no request is in prefill (`DecodeOnly`), or None for an empty window or
+    records that do not say when their requests were sent.
+    A level's requests are sent together, so the prefill spans form one block and the decode-only part of a
+    decode span is one interval: the last first token to the last request's last token; where there are
+    several, the longest is taken."""
+    spans = _prefill_spans(records, end_ns)
+    if end_ns <= start_ns or not spans:  # no record says when its request was sent: its prefill is not known
+        return None
+    gs, ge, _ = union_intervals(np.array([a for a, _ in spans], dtype=np.int64),
+                                np.array([b for _, b in spans], dtype=np.int64))
+    window = end_ns - start_ns
+    covered = covered_ns(start_ns, end_ns, gs, ge)
+    inside = (ge > start_ns) & (gs < end_ns)
+    edges = np.concatenate(([start_ns], np.minimum(ge[inside], end_ns)))  # each free part starts at a block's end
+    stops = np.concatenate((np.maximum(gs[inside], start_ns), [end_ns]))
+    free = [(int(a), int(b)) for a, b in zip(edges, stops, strict=True) if b > a]
+    if not free:
+        return DecodeOnly(start_ns, start_ns, 0, covered / window, 0.0, 0, window)
+    lo, hi = max(free, key=lambda p: (p[1] - p[0], -p[0]))
+    steps = 0 if coalesced else max((sum(1 for t in (r.get("chunk_ns") or []) if lo < int(t) <= hi)
+                                     for r in records), default=0)
+    decoding = sum(max(0, min(hi, int(r["last_token_ns"])) - max(lo, int(r["first_token_ns"]))) for r in records
+                   if r.get("first_token_ns") is not None and r.get("last_token_ns") is not None) / (hi - lo)
+    return DecodeOnly(lo, hi, steps, covered / window, decoding, len(free), window)
+
+
 # --------------------------------------------------------------------------------------------
 # steady step and decode-window decomposition
 

@@ -15,14 +15,18 @@
   and host work, as sampled estimates with binomial intervals.
 - `codes`: kinds and kernel names of a dispatch table as integer codes.
 - `hostgaps`: `host_gaps(trace, window, steps)` → `HostGaps`: what fills the host gaps (sync and copy
-  wait, launch, other API, host compute), from the host API calls of the launching threads.
+  wait, launch, other API, host compute), from the host API calls of the launching threads; on a CPU
+  backend from its operators (all host compute) or its samples (sync and host shares).
 - `apicalls`: which host API call is which (the rule table: CUDA runtime and driver, HIP, HSA).
 
 The interval union they stand on is `perflib.intervals`.
 """
 
+from perflib.attribution.hostgaps import API_RECORDS as HOST_GAP_API_RECORDS
+from perflib.attribution.hostgaps import BASIS_TEXT as HOST_GAP_BASIS_TEXT
 from perflib.attribution.hostgaps import DECODE_ROW_COLUMNS as HOST_GAP_DECODE_COLUMNS
 from perflib.attribution.hostgaps import LABELS as HOST_GAP_LABELS
+from perflib.attribution.hostgaps import NO_LAUNCH as HOST_GAP_NO_LAUNCH
 from perflib.attribution.hostgaps import PARTS as HOST_GAP_PARTS
 from perflib.attribution.hostgaps import ROW_COLUMNS as HOST_GAP_COLUMNS
 from perflib.attribution.hostgaps import HostGaps, host_gaps
@@ -51,6 +55,7 @@ from perflib.attribution.summary import (
     summarize,
 )
 from perflib.attribution.windows import (
+    DECODE_ONLY,
     DEFAULT_STEP_MARKER,
     Coverage,
     DecodeWindow,
@@ -67,7 +72,7 @@ from perflib.attribution.windows import (
 )
 
 __all__ = [
-    "DECODE_COLUMNS", "DECODE_KERNEL_COLUMNS", "PHASES", "PHASE_COLUMNS", "phase_kernel_time", "phase_of",
+    "DECODE_COLUMNS", "DECODE_KERNEL_COLUMNS", "DECODE_ONLY", "PHASES", "PHASE_COLUMNS", "phase_kernel_time", "phase_of",
     "DEFAULT_STEP_MARKER", "ENGINE_FAMILIES", "GAP_BUCKETS", "MIN_STEPS", "WORK_CPU_OPS", "WORK_GPU", "WORK_SAMPLES",
     "WORK_WORDS", "Coverage", "DecodeWindow", "LevelWindow", "SampleSplit", "StepCount", "StepFamily", "StepSplit",
     "TraceSummary", "Window", "busy_ns", "coverage", "decode_window_from_run", "find_steps", "gap_buckets", "interval",
@@ -76,4 +81,5 @@ __all__ = [
     "window_from_clocks", "window_from_manifest", "window_from_marker", "window_from_range",
     "window_from_step_annotations", "window_from_step_markers",
 ]
-__all__ += ["HOST_GAP_COLUMNS", "HOST_GAP_DECODE_COLUMNS", "HOST_GAP_LABELS", "HOST_GAP_PARTS", "HostGaps", "host_gaps"]  # what fills the host gaps (`hostgaps`)
+__all__ += ["HOST_GAP_API_RECORDS", "HOST_GAP_BASIS_TEXT", "HOST_GAP_COLUMNS", "HOST_GAP_DECODE_COLUMNS",
+            "HOST_GAP_LABELS", "HOST_GAP_NO_LAUNCH", "HOST_GAP_PARTS", "HostGaps", "host_gaps"]  # (`hostgaps`)

@@ -21,6 +21,19 @@ overlap the window. A call whose own copy runs device to host (its dispatch name
 `Memcpy Device-to-Host`, `MEMORY_COPY_DEVICE_TO_HOST`, ...) is a copy wait whatever its name: an async
 copy to pageable memory blocks the host, and the step cannot go on before its result is back. A trace
 without API calls, or none on those threads, is "not measured" with why (`HostGaps.note`), never zeros.
+
+A CPU backend has no device API to record, and needs none (`HostGaps.basis` says what the split was
+measured from; docs/reference/FORMATS.md §5.4):
+
+- *CPU operators* (a PyTorch trace without GPU work, `perflib.traces.kineto_cpu`): the host and the model's
+  operators share the CPU, one after the other, so the time between the model's operators is host
+  compute, all of it; sync, launch and other API are 0, measured: the CPU runs the model's operators
+  itself, with no kernel to launch and no device to wait for. API records, where such a trace has them,
+  are used as for a GPU.
+- *CPU samples* (`perf` samples, `perflib.attribution.samples`): the decode threads' samples that are not
+  the model's arithmetic split the rest of the window: sync = the samples in thread synchronisation
+  (barrier spinning, futex waits), host compute = the host samples; launch and other API 0, as above.
+  Each is window × its samples / the decode threads' samples: a sampled estimate.
 """
 
 from __future__ import annotations
@@ -33,6 +46,8 @@ import pandas as pd
 
 from perflib.attribution import apicalls
 from perflib.attribution.codes import kernel_codes, kind_codes
+from perflib.attribution.samples import SampleSplit
+from perflib.attribution.summary import WORK_CPU_OPS, WORK_SAMPLES, work_of
 from perflib.attribution.windows import Window, dispatches_of, trace_span
 from perflib.intervals import covered_before, union_intervals
 
@@ -45,7 +60,7 @@ period and host gap, and each part of that gap. What a decode-step split reads (
 a decode-step figure never averages prefill steps in."""
 ROW_COLUMNS = ("window_ms", "gap_ms", "steps", *(f"{p}_ms" for p in PARTS), *(f"{p}_gap_share" for p in PARTS),
                *(f"{p}_ms_per_step" for p in PARTS), "sync_calls", "launch_calls", "other_calls", "api_threads",
-               "threads_by", "note", *DECODE_ROW_COLUMNS)
+               "threads_by", "note", "basis", *DECODE_ROW_COLUMNS)
 """The columns of `HostGaps.row`, in order: a run's row of the derived `host_gaps` table."""
 LABELS = {"sync": "sync and copy wait", "launch": "launch", "other_api": "other API", "host_compute": "host compute"}
 
@@ -65,6 +80,25 @@ SOURCE_HINTS = {
 """Why a capture of each format holds no API calls, said after `NO_API`."""
 DEFAULT_HINT = "CUPTI runtime/driver off, or a format without API"
 _NS_PER_MS = 1e6
+API_RECORDS = "host API records"
+"""`HostGaps.basis` of a split from API calls; a CPU backend's is its work (`WORK_CPU_OPS`, `WORK_SAMPLES`)."""
+NO_LAUNCH = "no kernel launches on a CPU backend: the CPU runs the model's operators itself"
+"""Why launch (and other API, sync and copy wait of a device) is 0, measured, on a CPU backend."""
+BASIS_TEXT = {
+    API_RECORDS: "from the host API records of the threads that launch the kernels: sync and copy wait where a "
+                 "synchronising call or a device-to-host copy is in flight, else launch where a kernel or graph "
+                 "launch call is, else other API where any other call is, else host compute (no API call in "
+                 "flight: the server's scheduling, sampling, output processing)",
+    WORK_CPU_OPS: "from the model's CPU operators (the backend is the CPU, and there is no device API): the time "
+                  "between the model's operators is host compute (scheduling, input preparation, sampling, output "
+                  f"processing); sync and copy wait, launch and other API are 0, {NO_LAUNCH}, with no device to "
+                  "wait for",
+    WORK_SAMPLES: "from perf's samples of the decode threads (the backend is the CPU): sync is their samples in "
+                  "thread synchronisation (barrier spinning, futex waits), host compute their samples in neither "
+                  f"the model's arithmetic nor sync; launch and other API are 0, {NO_LAUNCH}; each is window x "
+                  "its samples / the decode threads' samples, a sampled estimate",
+}
+"""What a split measured from each basis is, said once for the page and `perflib trace summary`."""
 
 
 def no_api_note(trace: Any) -> str:
@@ -99,6 +133,9 @@ class HostGaps:
     periods: dict[str, int | None] | None = None
     """Over the periods given (the decode steps'): `steps`, `window_ns`, `gap_ns` and each part's ns (None
     where not measured); None where none were given (no step has a phase)."""
+    basis: str = API_RECORDS
+    """What the split was measured from: `host API records`, or on a CPU backend `CPU operators` (the gaps
+    between the model's operators are host compute) or `CPU samples` (sampled estimates)."""
 
     @property
     def measured(self) -> bool:
@@ -119,7 +156,8 @@ class HostGaps:
             out[f"{part}_ms_per_step"] = None if ns is None or not steps else ns / _NS_PER_MS / steps
         for category in apicalls.CATEGORIES:
             out[f"{category}_calls"] = self.calls.get(category, 0) if self.measured else None
-        out.update(api_threads=self.threads if self.measured else None, threads_by=self.threads_by, note=self.note)
+        out.update(api_threads=self.threads if self.measured else None, threads_by=self.threads_by, note=self.note,
+                   basis=self.basis if self.measured else "")
         over = self.periods or {}  # NaN, not None, where not measured: the column reads back from CSV as written
         out["decode_steps"] = float(over["steps"]) if "steps" in over else float("nan")
         for key in ("window", "gap", *PARTS):
@@ -140,7 +178,7 @@ class HostGaps:
         row = self.row()
         return {k: row[k] for k in ("gap_ms", *(f"{p}_ms" for p in PARTS), *(f"{p}_gap_share" for p in PARTS),
                                     *(f"{c}_calls" for c in apicalls.CATEGORIES), "api_threads", "threads_by",
-                                    "note")}
+                                    "note", "basis")}
 
 
 def _clipped(start: np.ndarray, end: np.ndarray, w0: int, w1: int) -> tuple[np.ndarray, np.ndarray]:
@@ -222,15 +260,36 @@ def _periods_split(n: int, length: np.ndarray, gap: np.ndarray, parts: dict[str,
     return out
 
 
+def sampled_host_gaps(window: Window, split: SampleSplit) -> HostGaps:
+    """The host gap of a sampled window (`perflib.attribution.samples`) split by its decode threads'
+    samples: sync = window × sync samples / samples, host compute = the rest of the gap (window × host
+    samples / samples), launch and other API 0 (module docstring). No step boundaries: a profile marks
+    none, so there is no per-step table."""
+    w = int(window.end_ns) - int(window.start_ns)
+    if not split.samples:
+        return HostGaps(window, w, note="no sample on the decode threads in the window", basis=WORK_SAMPLES)
+    gap = w - round(w * split.compute / split.samples)
+    sync = min(gap, round(w * split.sync / split.samples))
+    return HostGaps(window, gap, sync_ns=sync, launch_ns=0, other_api_ns=0, host_compute_ns=gap - sync,
+                    calls=dict.fromkeys(apicalls.CATEGORIES, 0), basis=WORK_SAMPLES)
+
+
 def host_gaps(trace: Any, window: Window | None = None, steps: pd.DataFrame | None = None,
-              periods: tuple[np.ndarray, np.ndarray] | None = None) -> HostGaps:
+              periods: tuple[np.ndarray, np.ndarray] | None = None, sampling: SampleSplit | None = None) -> HostGaps:
     """Split the host gap of `window` (default: the trace span) into sync and copy wait, launch, other API
     and host compute, over the window, over each row of `steps` (a step table: `step, start_ns, end_ns`, as
     `summarize` gives it) and summed over `periods` (starts, ends: the decode steps' periods,
     `TraceSummary.decode_periods`; sorted, none overlapping, inside the window); `note` says why not where
-    the trace has no API calls to tell."""
+    the trace has no API calls to tell. On a CPU backend (module docstring): a trace of CPU operators
+    without API calls is all host compute; a sampled window is split by `sampling`, its samples
+    (`TraceSummary.sampling`; required for a sampling profile)."""
     dispatches = dispatches_of(trace)
     window = window or trace_span(dispatches)
+    if sampling is not None:
+        return sampled_host_gaps(window, sampling)
+    if work_of(dispatches) == WORK_SAMPLES:
+        return HostGaps(window, int(window.end_ns) - int(window.start_ns), basis=WORK_SAMPLES,
+                        note="a sampling profile's split needs its samples' roles (`TraceSummary.sampling`)")
     w0, w1 = int(window.start_ns), int(window.end_ns)
     number, step_start, step_end = _step_bounds(steps)
     p_start, p_end = (np.asarray(periods[0], dtype=np.int64), np.asarray(periods[1], dtype=np.int64)) if periods \
@@ -246,6 +305,14 @@ def host_gaps(trace: Any, window: Window | None = None, steps: pd.DataFrame | No
     unmeasured = frame.assign(**{column: np.nan for column in PARTS_NS})
     over = None if periods is None else _periods_split(p_start.size, length, gap, None)
     api = getattr(trace, "api", None)
+    if (api is None or not len(api)) and work_of(dispatches) == WORK_CPU_OPS:  # all of it host compute
+        zero = np.zeros_like(gap)
+        parts = {"sync": zero, "launch": zero, "other_api": zero, "host_compute": gap}
+        for part in PARTS:
+            frame[f"{part}_ns"] = parts[part][1:-1].astype(np.int64)
+        over = None if periods is None else _periods_split(p_start.size, length, gap, parts)
+        return HostGaps(window, int(gap[0]), **{f"{p}_ns": int(parts[p][0]) for p in PARTS},
+                        calls=dict.fromkeys(apicalls.CATEGORIES, 0), steps=frame, periods=over, basis=WORK_CPU_OPS)
     if api is None or not len(api):
         return HostGaps(window, int(gap[0]), note=no_api_note(trace), steps=unmeasured, periods=over)
     categories = _api_categories(api, dispatches)

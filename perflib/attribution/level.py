@@ -2,7 +2,8 @@
 
 `profiler.window` of a campaign: `decode` (the default) is the SERVERS.md §5.2 window where every
 request decodes, with its steps counted from the request records (where the requests were staggered
-or the stream coalesced: the run's decode span, its steps the trace's own); `level` is the level's clocks, with
+or the stream coalesced: the decode span's decode-only part, no request in prefill, where it holds enough steps,
+else the run's decode span, its steps the trace's own); `level` is the level's clocks, with
 the server's counters' step count where given; `steps` is the span of the trace's step ranges (a
 trace-only capture). `trace summary --manifest` reads a run folder as a `decode` campaign does, so its
 steps and per-step figures are the page's.
@@ -17,7 +18,7 @@ from typing import Any
 from perflib import rundir
 from perflib.attribution.markers import window_from_step_annotations
 from perflib.attribution.steps import StepCount
-from perflib.attribution.windows import Window, decode_window_from_run, window_from_manifest
+from perflib.attribution.windows import DECODE_ONLY, Window, decode_window_from_run, window_from_manifest
 from perflib.errors import PerflibError
 from perflib.runs import ALL_DECODING
 
@@ -35,6 +36,9 @@ class LevelWindow:
     count: StepCount | None
     kind: str = "decode window"
     why: str = ""
+    prefill_share: float = 0.0
+    """The share of the window the level's requests' prefill covers (`DecodeWindow.prefill_share`): a trace
+    verdict over such a window is not decided (`perflib.verdicts`)."""
 
 
 def _count(value: Any, source: str) -> StepCount | None:
@@ -55,7 +59,8 @@ def run_window(trace: Any, run_dir: str | Path | None, mode: str = "decode", cou
         return LevelWindow(window_from_manifest(trace, run_dir), _count(counters, COUNTERS), "level")
     decode = decode_window_from_run(trace, run_dir)
     kind = "decode window" if decode.kind == ALL_DECODING else decode.kind
-    return LevelWindow(decode.window, _count(decode.steps, RECORDS), kind, decode.why)
+    source = RECORDS if decode.kind != DECODE_ONLY else f"request records ({DECODE_ONLY})"
+    return LevelWindow(decode.window, _count(decode.steps, source), kind, decode.why, decode.prefill_share)
 
 
 def manifest_window(trace: Any, path: str | Path) -> LevelWindow:

@@ -2,7 +2,9 @@
 
 A level's window comes from its run folder: the manifest's clocks (read on every clock a profiler
 might use) are aligned to the trace's clock; the decode window of SERVERS.md §5.2 is the span where
-every request decodes, from the request records, moved onto the same clock.
+every request decodes, from the request records, moved onto the same clock. Where there is none (requests
+staggered, a stream coalesced), the decode span's decode-only part (no request in prefill) where it holds
+enough steps, else the span, saying how much of it the requests' prefill covers.
 """
 
 from __future__ import annotations
@@ -20,8 +22,17 @@ import pandas as pd
 from perflib import rundir, safeinput
 from perflib.clocks import CLOCK_KEYS
 from perflib.errors import PerflibError
-from perflib.runs import ALL_DECODING, DECODE_SPAN, REQUEST_SPAN, client_window
+from perflib.runs import (
+    ALL_DECODING,
+    DECODE_SPAN,
+    MIN_DECODE_ONLY_STEPS,
+    REQUEST_SPAN,
+    client_window,
+    decode_only,
+)
 
+DECODE_ONLY = "decode-only part"
+"""`DecodeWindow.kind` of a decode span's part with no request in prefill (`perflib.runs.decode_only`)."""
 DEFAULT_STEP_MARKER = r"^ProfilerStep\s*#\s*\d+"
 """Markers that delimit a step unless told otherwise (Kineto `ProfilerStep#N`)."""
 
@@ -168,6 +179,9 @@ class DecodeWindow:
     steps: int | None
     kind: str = ALL_DECODING
     why: str = ""
+    prefill_share: float = 0.0
+    """The share of the window that the level's requests' prefill covers ([start, first token]): 0 for an
+    all-decoding window or a decode-only part; a decode span with too short a decode-only part keeps it."""
 
 
 def decode_window_from_run(trace: Any, run_dir: str | Path) -> DecodeWindow:
@@ -178,9 +192,12 @@ def decode_window_from_run(trace: Any, run_dir: str | Path) -> DecodeWindow:
     the client: the median, over requests, of token chunks that arrive inside it (one per decode step
     while every request decodes). Where there is no such window (requests staggered: the first finished
     before the last produced its first token) or the stream was coalesced, the window is the run's
-    decode span (or the requests' span) from `perflib.runs.client_window`, with no client step count: the
-    trace's own steps or rhythm count them, and `why` says which window and why. A run with no successful
-    request is a `PerflibError`.
+    decode span (or the requests' span) from `perflib.runs.client_window`. A span holds other requests'
+    prefill, whose kernels would count as the decode's: the window is then the span's decode-only part
+    (`perflib.runs.decode_only`: no request between its start and its first token), its steps the client's
+    chunks there, where it holds at least `MIN_DECODE_ONLY_STEPS` steps; else the span, with no client step
+    count (the trace's own steps or rhythm count them) and `prefill_share` saying how much of it the
+    prefill covers. `why` says which window and why. A run with no successful request is a `PerflibError`.
     """
     run_dir = Path(run_dir)
     manifest = rundir.read_manifest(run_dir)
@@ -188,7 +205,8 @@ def decode_window_from_run(trace: Any, run_dir: str | Path) -> DecodeWindow:
     clocks = manifest["clocks"]
     offset = int(clocks["start"][CLOCK_KEYS[level.clock]]) - int(clocks["start"]["monotonic_ns"])
     path = run_dir / rundir.REQUESTS
-    records = [r for r in safeinput.read_jsonl(path) if r.get("ok")]
+    every = safeinput.read_jsonl(path)
+    records = [r for r in every if r.get("ok")]
     seen = client_window(records)
     if seen is None:
         raise PerflibError(f"{path}: no successful request with first and last token times")
@@ -201,9 +219,22 @@ def decode_window_from_run(trace: Any, run_dir: str | Path) -> DecodeWindow:
     what = {ALL_DECODING: "decode window", DECODE_SPAN: "decode span", REQUEST_SPAN: "request span"}[seen.kind]
     ends = {ALL_DECODING: "last first token → first last token", DECODE_SPAN: "first first token → last last token",
             REQUEST_SPAN: "first request sent → last token"}[seen.kind]
-    label = f"{what} of {run_dir.name}: {ends} ({level.clock} clock)" + (f"; {seen.why}" if seen.why else "")
+    kind, why, prefill = seen.kind, seen.why, 0.0
+    if seen.kind != ALL_DECODING:
+        part = decode_only(every, lo, hi, bool(seen.coalesced))
+        if part is not None and part.usable:
+            lo, hi, steps, kind = part.start_ns, part.end_ns, part.steps, DECODE_ONLY
+            what, ends = DECODE_ONLY, "the decode span's part with no request in prefill"
+            why = f"{why}; read over {part.describe()}"
+        elif part is not None and part.prefill_share > 0:
+            prefill = part.prefill_share
+            held = (f"its decode-only part holds {part.steps} step{'s' if part.steps != 1 else ''}, fewer than "
+                    f"{MIN_DECODE_ONLY_STEPS}"
+                    if part.end_ns > part.start_ns else "it has no decode-only part")
+            why = f"{why}; the window holds requests' prefill ({100 * prefill:.1f}% of it): {held}"
+    label = f"{what} of {run_dir.name}: {ends} ({level.clock} clock)" + (f"; {why}" if why else "")
     window = Window(lo + offset, hi + offset, label, level.clock)
-    return DecodeWindow(window, steps, seen.kind, seen.why)
+    return DecodeWindow(window, steps, kind, why.removeprefix("; "), prefill)
 
 
 @dataclass(frozen=True)

@@ -190,7 +190,8 @@ def run_summary(args: argparse.Namespace) -> int:
     if args.steps is not None:
         steps = int(args.steps) if args.steps.isdigit() else args.steps
     summary = attribution.summarize(trace, window=window, classes=table, steps=steps, top=args.top)
-    split = attribution.host_gaps(trace, summary.window, summary.step_table, summary.decode_periods())
+    split = attribution.host_gaps(trace, summary.window, summary.step_table, summary.decode_periods(),
+                                  sampling=summary.sampling)
     if args.json:
         out = summary.to_dict()
         row = split.row(steps=summary.steps)
@@ -253,13 +254,20 @@ def _split_lines(split, steps: int | None) -> list[str]:  # noqa: ANN001 - HostG
     """What fills the host gaps: a table of the four parts, or the line saying why it is not measured."""
     from tabulate import tabulate  # late: as format_summary's
 
-    from perflib.attribution import HOST_GAP_LABELS, HOST_GAP_PARTS  # loaded by now (run_summary)
+    from perflib.attribution import (  # loaded by now (run_summary)
+        HOST_GAP_API_RECORDS,
+        HOST_GAP_BASIS_TEXT,
+        HOST_GAP_LABELS,
+        HOST_GAP_PARTS,
+    )
 
     if not split.measured:
         return ["", f"what fills the host gaps: not measured: {split.note}"]
     calls = ", ".join(f"{n} {c}" for c, n in split.calls.items())
     lines = ["", f"what fills the host gaps (API calls of {split.threads} launching thread"
-             f"{'s' if split.threads != 1 else ''}, found by {split.threads_by}; calls in the window: {calls})"]
+             f"{'s' if split.threads != 1 else ''}, found by {split.threads_by}; calls in the window: {calls})"
+             if split.basis == HOST_GAP_API_RECORDS else
+             f"what fills the host time ({split.basis}): {HOST_GAP_BASIS_TEXT[split.basis]}"]
     gap, over = split.gap_ns, split.periods  # over: the decode steps' periods, where the steps have phases
     decode = over is not None and bool(over["steps"])
 

@@ -8,7 +8,7 @@ from typing import Any
 
 import pandas as pd
 
-from perflib.attribution import HOST_GAP_LABELS, HOST_GAP_PARTS
+from perflib.attribution import HOST_GAP_API_RECORDS, HOST_GAP_BASIS_TEXT, HOST_GAP_LABELS, HOST_GAP_PARTS
 from perflib.config import Campaign, question_levels
 from perflib.derive import DerivedTables
 from perflib.pageinputs import Reference
@@ -286,19 +286,22 @@ def _host_gap_split(tables: DerivedTables) -> str:
     if not int(frame["measured"].sum()):
         why = "; ".join(escape_md(n) for n in dict.fromkeys(str(n) for n in frame["note"] if n))
         return f"{title}: not measured: {why or 'no host API records'}."
+    hg = tables.host_gaps
+    bases = list(dict.fromkeys(str(b) for b in hg["basis"] if isinstance(b, str) and b)) \
+        if "basis" in hg.columns else []
     rows = [{**_keys(r), "runs": f"{int(r.measured)} of {int(r.runs)}" if r.measured != r.runs else str(int(r.runs)),
              "gap": fmt(r.gap_ms_per_step, ".2f", " ms"), **{p: _part(r, p) for p in HOST_GAP_PARTS},
              "launches": fmt(r.launch_calls_per_step, ".0f"), "why": escape_md(r.note)}
             for r in frame.itertuples(index=False)]
-    text, _ = table(rows, [*KEYS, Column("runs", "traces with API records", True),
+    which = "traces with API records" if bases in ([], [HOST_GAP_API_RECORDS]) else "traces split"
+    text, _ = table(rows, [*KEYS, Column("runs", which, True),
                            Column("gap", "host gap / step", True),
                            *(Column(p, HOST_GAP_LABELS[p], True) for p in HOST_GAP_PARTS),
                            Column("launches", "launch calls / step", True), Column("why", "not measured")])
-    intro = (f"{title}, per step and as a share of the gap, from the host API records of the threads that "
-             "launch the kernels: sync and copy wait where a synchronising call or a device-to-host copy is in "
-             "flight, else launch where a kernel or graph launch call is, else other API where any other call "
-             "is, else host compute (no API call in flight: the server's scheduling, sampling, output "
-             "processing). The four add up to the gap; medians over repeats."
+    said = "; ".join((f"{b}: " if len(bases) > 1 else "") + HOST_GAP_BASIS_TEXT.get(b, b)
+                     for b in bases or [HOST_GAP_API_RECORDS])
+    intro = (f"{title}, per step and as a share of the gap, {said}. The four add up to the gap; medians over "
+             "repeats."
              + (f" {DECODE_ONLY}, over its decode steps alone (each from the previous step's end)."
                 if tb.phased(tables) else ""))
     return join(intro, text)
@@ -406,17 +409,29 @@ def floor(tables: DerivedTables, campaign: Campaign, figure: dict | None) -> str
     return section("Step over floor", join(intro, note), text, f"{len(rows)} levels", figure)
 
 
+NOT_RECORDED = "not recorded"
+"""What the ratio table says a measured row ran on where its manifests recorded no host or device (and some
+other row's did: where none did, the column is left out)."""
+
+
 def ratio(tables: DerivedTables, campaign: Campaign, arms: Sequence[str], references: Sequence[Reference],
           ran_on: dict[tuple[str, str], str] | None = None) -> str:
+    """The cross-backend reference ratio: this campaign's backends, each with the host and device its runs
+    recorded (`ran_on`), then each `compare_with` campaign's rows with its own (`Reference.ran_on`): a
+    compared campaign was made elsewhere, often long before, so never this campaign's."""
     frame = tb.ratio_table(tables, [b.name for b in campaign.backends], campaign.other_backends, campaign.batches,
                            arms, references=references, other_note=campaign.other_backends_note,
                            no_counters={b.name: "backend (profiler captures, no /metrics)"
                                         for b in campaign.backends if b.trace_only})
+    theirs = {ref.label: ref.ran_on for ref in references}  # a compared campaign's: from its own manifests
+    where = [None if r.arm is None else theirs[r.source] if r.source in theirs
+             else (ran_on or {}).get((str(r.arm), str(r.backend)), "") for r in frame.itertuples(index=False)]
+    said = any(where)  # where some row names its host, a measured row that cannot says so
     rows = [{"backend": escape_md(r.backend), "source": escape_md(r.source), "context": int_or_na(r.context),
              "batch": int_or_na(r.batch), "step_1": fmt(r.step_1_ms, ".2f", " ms"),
              "step_b": fmt(r.step_b_ms, ".2f", " ms"), "ratio": fmt(r.ratio, ".2f", "x"), "note": escape_md(r.note),
-             "ran_on": escape_md((ran_on or {}).get((str(r.arm), str(r.backend)), ""))}  # issue 29: each host named
-            for r in frame.itertuples(index=False)]
+             "ran_on": escape_md(w or (NOT_RECORDED if said and w is not None else ""))}  # each host named
+            for r, w in zip(frame.itertuples(index=False), where, strict=True)]
     text, _ = table(rows, [Column("backend", "backend", keep=True), Column("source", "source"),
                            Column("context", "context (tokens)", True), Column("batch", "batch B", True),
                            Column("step_1", "step at batch 1", True), Column("step_b", "step at batch B", True),

@@ -20,8 +20,10 @@ from typing import Any
 import pandas as pd
 
 from perflib import verdicts as v
+from perflib.attribution import DECODE_ONLY
 from perflib.report.markdown import Column, details, join, table
 from perflib.report.text import escape_md, fmt
+from perflib.runs import MIN_DECODE_ONLY_STEPS
 from perflib.verdicts.answer import format_value, level_label, level_rank, levels_text
 
 ORDER = ("Verdicts", "Before / after", "Per level", "Checks", "Profile", "Decode-window decomposition",
@@ -86,7 +88,7 @@ def summary(question: str, verdicts: Sequence[v.Verdict], headline: Sequence[str
     bullets = [f"- **Before / after.** {h}" for h in headline]
     bullets += [f"- **Gate.** {escape_md(g.gate)}: {escape_md(g.text)}: **{g.state}**" for g in gates]
     bullets += not_measured_lines(verdicts, ctx)
-    bullets += window_lines(runs)
+    bullets += window_lines(runs, trace_runs)
     bullets += loss_lines(runs, trace_runs)
     bullets.append("- **Checks.** " + _checks_line(level_checks))
     links = " · ".join(f"[{s}](#{anchor(s)})" for s in sections)
@@ -118,10 +120,33 @@ def not_measured_lines(verdicts: Sequence[v.Verdict], ctx: v.Context) -> list[st
     return ["- **Not measured.** " + "; ".join(parts)]
 
 
-def window_lines(runs: pd.DataFrame | None) -> list[str]:
+def _trace_window(trace_runs: pd.DataFrame | None, backend: Any, batch: Any, context: Any) -> str:
+    """'; its traces (slots-cupti) read over the decode-only part (no request in prefill): 356 ms, ...' for a
+    level whose traces were read over their decode span's decode-only part, or '; its traces (...) read over the
+    span, 87.0% of it requests' prefill: their verdicts not decided' where that part held too few steps
+    (`perflib.attribution.windows.decode_window_from_run`); '' where the level has no trace."""
+    if trace_runs is None or not len(trace_runs) or "window" not in trace_runs.columns:
+        return ""
+    at = trace_runs[(trace_runs["backend"].astype(str) == str(backend)) & (trace_runs["batch"].astype(str) == str(batch))
+                    & (trace_runs["context"].astype(str) == str(context))]
+    if not len(at):
+        return ""
+    arms = ", ".join(escape_md(a) for a in dict.fromkeys(at["arm"].astype(str)))
+    prefill = pd.to_numeric(at.get("window_prefill_share"), errors="coerce").dropna() \
+        if "window_prefill_share" in at.columns else pd.Series(dtype=float)
+    if len(prefill) and prefill.max() > 0:
+        return (f"; its traces ({arms}) read over the span, up to {100 * prefill.max():.1f}% of it requests' "
+                "prefill: their verdicts are not decided")
+    part = [w.split("; read over ", 1)[1] for w, kind in zip(_texts(at, "window_why"), _texts(at, "window"), strict=True)
+            if kind == DECODE_ONLY and "; read over " in w]
+    return f"; its traces ({arms}) read over {escape_md(part[0])}" if part else ""
+
+
+def window_lines(runs: pd.DataFrame | None, trace_runs: pd.DataFrame | None = None) -> list[str]:
     """The levels whose decode was measured over another window than the client's all-decoding one, and why
     (`perflib.runs.client_window`: requests staggered, a coalesced stream), with the `decode_tokens` that
-    would overlap the requests: a fact about the workload, said on the first screen, never a lost trace."""
+    would overlap the requests and the window their traces were read over (`_trace_window`): a fact about the
+    workload, said on the first screen, never a lost trace."""
     if runs is None or not len(runs) or "decode_window_why" not in runs.columns:
         return []
     used = runs[(runs["status"].astype(str) == "complete") & (_texts(runs, "decode_window_why") != "")]
@@ -137,10 +162,14 @@ def window_lines(runs: pd.DataFrame | None) -> list[str]:
         more = f"; decode_tokens of {int(suggested.max()):,} or more would overlap them" if len(suggested) else ""
         arms = ", ".join(escape_md(a) for a in dict.fromkeys(at["arm"].astype(str)))
         items.append(f"{escape_md(backend)} b{int(batch)} c{int(context)} ({arms}; {len(at)} run"
-                     f"{'s' if len(at) != 1 else ''}): {escape_md(str(first['decode_window_why']))}{more}")
+                     f"{'s' if len(at) != 1 else ''}): {escape_md(str(first['decode_window_why']))}{more}"
+                     + _trace_window(trace_runs, backend, batch, context))
     return ["- **Decode window.** No window with every request decoding at " + _some(items) + ". These levels' "
             "decode is measured over the run's decode span from the server side (its counters; the trace's own "
-            "steps where traced); where other requests' prefill fills it, that is the interleaved-prefill answer."]
+            "steps where traced); where other requests' prefill fills it, that is the interleaved-prefill answer. "
+            "Their traces are read over the span's decode-only part (no request in prefill) where it holds at "
+            f"least {MIN_DECODE_ONLY_STEPS} steps; where it holds fewer, over the span, and a trace verdict there is "
+            "not decided, saying how much of the window the prefill covers."]
 
 
 def _texts(frame: pd.DataFrame, column: str) -> pd.Series:
@@ -268,6 +297,8 @@ def level_grid(verdicts: Sequence[v.Verdict], ctx: v.Context) -> str:
         key = (x.label, x.who + (f" on {x.backend}" if backends else ""), x.candidate)
         row = rows.setdefault(key, {"cause": escape_md(x.label), "who": escape_md(key[1])})
         cell = "n/m" if x.outcome == v.NOT_MEASURED else f"{x.outcome} {format_value(x.value, x.measure)}"
+        if x.window_prefill is not None:  # measured over a window holding other requests' prefill: not decided
+            cell += f" (window {100 * x.window_prefill:.0f}% prefill)"
         row[f"l{levels.index((x.context, x.batch))}"] = escape_md(cell) + (" ⚠" if x.suspect else "")
     columns = [Column("cause", "candidate", keep=True), Column("who", "arm")]
     columns += [Column(f"l{i}", escape_md(level_label(ctx, c, b))) for i, (c, b) in enumerate(levels)]

@@ -21,6 +21,7 @@ from perflib.verdicts.evaluate import (
     INCONCLUSIVE,
     NOT_MEASURED,
     OUTCOMES,
+    PREFILL_IN_WINDOW,
     GateResult,
     Verdict,
     evaluate,
@@ -98,6 +99,18 @@ def _numbers(items: Sequence[Verdict], named: bool = False) -> str:
     return f" ({'; '.join([*ranges, *thresholds])})" if ranges else ""
 
 
+def _prefilled(items: Sequence[Verdict], universe: set[Level], ctx: Context, level: dict[int, Level]) -> str:
+    """'; not decided at ~16K, batch 16: the window holds requests' prefill (87.0% of it)' for the
+    verdicts measured over a window that holds prefill (`Verdict.window_prefill`), else ''."""
+    held = [x for x in items if x.window_prefill is not None]
+    if not held:
+        return ""
+    lo, hi = min(x.window_prefill for x in held), max(x.window_prefill for x in held)
+    share = f"{100 * lo:.1f}%" if f"{100 * lo:.1f}" == f"{100 * hi:.1f}" else f"{100 * lo:.1f}%–{100 * hi:.1f}%"
+    where = levels_text({level[id(x)] for x in held}, universe, ctx)
+    return f", not decided at {where}: {PREFILL_IN_WINDOW} ({share} of it)"
+
+
 def answer_line(group: Sequence[Verdict], ctx: Context) -> str:
     """One candidate's verdicts across levels in one line (see the module); '' for none. A level is named
     without an arm where every arm of the candidate has that outcome there; an arm with no level measured
@@ -132,6 +145,7 @@ def answer_line(group: Sequence[Verdict], ctx: Context) -> str:
         text = f"{outcome} " + ", and ".join(segments)
         if outcome != NOT_MEASURED:
             text += _numbers(items, named=len({x.measure for x in group if x.value is not None}) > 1)
+        text += _prefilled(items, universe, ctx, level)
         text += " ⚠" if any(x.suspect for x in items) else ""
         rank = min((level_rank(ctx, lv[1], lv[2]) for lv in here), default=(0, 0))
         parts.append(((outcome == NOT_MEASURED, rank, OUTCOMES.index(outcome)), text))

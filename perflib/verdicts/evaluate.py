@@ -2,7 +2,9 @@
 
 A candidate names a measurement and two thresholds; its verdict is confirmed, ruled out,
 inconclusive or not measured, always printed with the number and the threshold that decided it.
-Where it is decided: `perflib.verdicts.scopes`. A gate compares each arm with its baseline over the
+Where it is decided: `perflib.verdicts.scopes`. A trace measurement over a window that holds other requests'
+prefill (a staggered level whose decode-only part was too short) is measured and shown, but inconclusive
+with that reason: the prefill's kernels would otherwise decide a decode candidate. A gate compares each arm with its baseline over the
 repeats (`perflib.verdicts.compare`) and passes or fails only where the change's interval clears the
 limit; else it is undecided and says how many repeats would decide it.
 """
@@ -21,7 +23,7 @@ from perflib.derive import DerivedTables
 from perflib.errors import InputError
 from perflib.runs import RUNS_COLUMNS
 from perflib.verdicts import compare
-from perflib.verdicts.measures import MEASUREMENTS, Scope, higher_is_better, trace_scope
+from perflib.verdicts.measures import MEASUREMENTS, Scope, higher_is_better, trace_scope, window_prefill
 from perflib.verdicts.scopes import Context, scopes
 
 CONFIRMED, RULED_OUT, INCONCLUSIVE, NOT_MEASURED = "confirmed", "ruled out", "inconclusive", "not measured"
@@ -52,6 +54,9 @@ class Verdict:
     """The arm this one is compared with (a measurement with a baseline), else None."""
     trace_from: str | None = None
     """The traced arm whose traces decided it, where not the arm's own."""
+    window_prefill: float | None = None
+    """The share of the trace window that other requests' prefill covers, where it holds any: the measured
+    figure is kept and shown, but not decided (`PREFILL_IN_WINDOW`)."""
 
     @property
     def evidence(self) -> str:
@@ -76,7 +81,7 @@ class Verdict:
                 "baseline": self.baseline, "backend": self.backend, "batch": self.batch, "context": self.context,
                 "trace_from": self.trace_from, "measure": self.measure, "outcome": self.outcome, "value": self.value,
                 "text": self.text, "threshold": self.threshold, "why": self.why, "suspect": self.suspect,
-                "evidence": self.evidence, "line": self.line}
+                "window_prefill": self.window_prefill, "evidence": self.evidence, "line": self.line}
 
 
 def scope_text(scope: Scope) -> str:
@@ -85,6 +90,16 @@ def scope_text(scope: Scope) -> str:
     if scope.baseline and scope.arm and scope.baseline != scope.arm:
         text = text.replace(f"arm {scope.arm}", f"arm {scope.arm} against {scope.baseline}", 1)
     return text
+
+
+PREFILL_IN_WINDOW = "the window holds requests' prefill"
+"""Why a trace verdict is not decided at a staggered level whose decode-only part held too few steps: the
+trace was attributed over the decode span, where other requests' prefill kernels run (docs/DEFINITIONS.md)."""
+
+
+def prefill_text(share: float) -> str:
+    """"not decided: the window holds requests' prefill (87.0% of it)"."""
+    return f"not decided: {PREFILL_IN_WINDOW} ({100 * share:.1f}% of it)"
 
 
 def decide(value: float | None, confirmed: str, ruled_out: str, unit: str) -> tuple[str, str]:
@@ -138,10 +153,14 @@ def _evaluate_at(candidate: CandidateSpec, tables: DerivedTables, scope: Scope) 
             continue
         outcome, threshold = decide(result.value, spec.confirmed or candidate.confirmed,
                                     spec.ruled_out or candidate.ruled_out, meas.unit)
+        prefill = window_prefill(tables, here, (here.batch, 1) if meas.rests_on_batch1 else (here.batch,)) \
+            if meas.trace else None
+        if prefill is not None:  # other requests' prefill kernels would count as the decode's
+            outcome, threshold = INCONCLUSIVE, prefill_text(prefill)
         if not (meas.trace and read):
             shown, read = scope, []
         return Verdict(candidate.id, candidate.question, label, spec.measure, scope_text(shown), outcome,
-                       result.value, result.text, threshold, **_where(shown)), read
+                       result.value, result.text, threshold, window_prefill=prefill, **_where(shown)), read
     return Verdict(candidate.id, candidate.question, label, candidate.measure, scope_text(shown), NOT_MEASURED,
                    None, "", "", "; ".join(dict.fromkeys(w for w in whys if w)), **_where(shown)), read
 

@@ -8,7 +8,8 @@ the sentence also gives its share of the host gap. Where the engine names its st
 is over the decode steps' periods alone (the `decode_*` columns), as the decode-only gap share is: a
 decode-step figure never averages prefill steps in (DESIGN.md); a capture with no decode step has no
 decode split (`no_decode`). Where no repeat's capture held API calls, the split is not measured and `note`
-says why (the capture's format, a cut made before perflib kept them).
+says why (the capture's format, a cut made before perflib kept them). On a CPU backend the rows' split is
+from its operators or samples (`Split.basis`), with no API records needed.
 """
 
 from __future__ import annotations
@@ -19,8 +20,11 @@ from typing import Any
 
 import pandas as pd
 
+from perflib.attribution import HOST_GAP_API_RECORDS as API_RECORDS
 from perflib.attribution import HOST_GAP_LABELS as LABELS
+from perflib.attribution import HOST_GAP_NO_LAUNCH as NO_LAUNCH
 from perflib.attribution import HOST_GAP_PARTS as PARTS
+from perflib.attribution import share_text
 
 
 def _num(value: Any) -> float | None:
@@ -57,6 +61,9 @@ class Split:
     """Over the decode steps alone (the engine names its steps' phases)."""
     no_decode: bool = False
     """The engine names its steps' phases and none is a decode step: there is no decode split."""
+    basis: str = API_RECORDS
+    """What the split was measured from (`perflib.attribution.HostGaps.basis`): host API records, or on a CPU
+    backend its operators or samples."""
 
     def per_step(self, ms: float | None) -> float | None:
         return None if ms is None or not self.steps else ms / self.steps
@@ -115,6 +122,7 @@ def split_of(rows: pd.DataFrame | None) -> Split | None:
         notes = [str(n) for n in rows.get("note", pd.Series(dtype=object)).tolist() if isinstance(n, str) and n]
         return Split(len(rows), 0, note=notes[0] if notes else "no host gaps split in the derived tables",
                      decode=decode)
+    bases = [str(b) for b in done.get("basis", pd.Series(dtype=object)) if isinstance(b, str) and b]
     window = pd.to_numeric(done["window_ms"], errors="coerce")
     gap = pd.to_numeric(done["gap_ms"], errors="coerce")
     part_ms = {p: pd.to_numeric(done[f"{p}_ms"], errors="coerce") for p in PARTS}
@@ -124,5 +132,48 @@ def split_of(rows: pd.DataFrame | None) -> Split | None:
         ms={p: _median(v) for p, v in part_ms.items()},
         step_share={p: _median(v / window.where(window > 0)) for p, v in part_ms.items()},
         gap_share={p: _median(v / gap.where(gap > 0)) for p, v in part_ms.items()},
-        decode=decode,
+        decode=decode, basis=bases[0] if bases else API_RECORDS,
     )
+
+
+CPU_PARTS = {
+    "sync": "no device to wait for on a CPU backend: the CPU runs the model's operators itself",
+    "launch": NO_LAUNCH,
+    "other_api": "no device API on a CPU backend: the CPU runs the model's operators itself",
+    "host_compute": "the time between the model's CPU operators (scheduling, input preparation, sampling, output "
+                    "processing)",
+}
+"""What each part is on a CPU backend (`perflib.attribution.hostgaps`): launch, other API and (for its
+operators) sync are 0, measured, for this reason; host compute is the time between the operators."""
+SAMPLED_PARTS = {
+    "sync": ("sync", "sync", "the decode threads waiting for each other: barrier spinning, futex waits"),
+    "host_compute": ("host compute", "host", "the decode threads' samples in neither the model's arithmetic nor "
+                                             "sync: sampling, scheduling, the HTTP server"),
+}
+"""A part measured from perf samples: its label, its role's samples (`perflib.attribution.samples`) and
+what they are."""
+
+
+def cpu_ops_sentence(split: Split, part: str, guess: str = "") -> str:
+    """A part of a CPU operator trace's split: its sentence, then what it is there and what it was measured
+    from ('launch 0.00 of 17.28 ms per decode step (0.0% of the step, ...), median of 3: no kernel launches on
+    a CPU backend: ... (measured from the model's CPU operators in the trace, no device API)')."""
+    return (f"{split.sentence(part)}{guess}: {CPU_PARTS[part]} (measured from the model's CPU operators in the "
+            "trace, no device API)")
+
+
+def sampled_part(part: str, pooled: dict[str, Any], of_samples: str, step_ms: float | None) -> tuple[float, str]:
+    """(share, sentence) of a part of a sampled window, from the decode threads' samples pooled over repeats
+    (`pooled`: `samples`, `sync`, `host`; `of_samples`: 'of 4,331 samples on the decode threads ... (sampled
+    estimate, ...)'): sync and host compute their role's samples over all, a sampled estimate with its 95%
+    interval and, where `step_ms` is known, about how many ms per step; launch and other API 0, measured
+    (`CPU_PARTS`)."""
+    n = pooled["samples"]
+    if part not in SAMPLED_PARTS:
+        repeats = f" over {pooled['repeats']} repeats" if pooled.get("repeats", 1) > 1 else ""
+        return 0.0, (f"{LABELS[part]} 0.0% of the step, measured from perf samples ({n:,.0f} on the decode "
+                     f"threads{repeats}, {pooled['label']}): {CPU_PARTS[part]}")
+    name, role, what = SAMPLED_PARTS[part]
+    k = pooled[role]
+    per_step = f"; about {k / n * step_ms:.1f} of {step_ms:.1f} ms per step" if step_ms else ""
+    return k / n, f"{name} ({what}) {share_text(k, n)} {of_samples}{per_step}"

@@ -17,6 +17,7 @@ from typing import Any
 import pandas as pd
 
 from perflib import checks
+from perflib.attribution import WORK_CPU_OPS
 from perflib.attribution.samples import sampled_label, share_text
 from perflib.classes import OTHER
 from perflib.derive import DerivedTables
@@ -209,6 +210,23 @@ def _no_trace(tables: DerivedTables, scope: Scope, batch: int | None = None) -> 
     if scope.profiler in (None, "none"):
         return Measured(None, "", f"no kernel trace for backend {scope.backend} (profiler: none)")
     return Measured(None, "", f"no kernel trace at {_where(scope, batch)}")
+
+
+def window_prefill(tables: DerivedTables, scope: Scope, batches: tuple[int | None, ...] = (None,)) -> float | None:
+    """The largest share of the level's requests' prefill in the trace windows a trace measurement at the
+    scope reads (`trace_runs`' `window_prefill_share`, at each of `batches`; None: the scope's), or None
+    where none holds any: a staggered level whose decode-only part was too short to attribute over
+    (`perflib.attribution.windows.decode_window_from_run`). A trace whose engine names its steps' phases
+    holds none that matters: its decode figures are over its decode steps alone."""
+    shares = []
+    for batch in batches:
+        sel = _select(tables.trace_runs, scope, batch)
+        if sel is None or not len(sel) or "window_prefill_share" not in sel.columns:
+            continue
+        if "decode_steps" in sel.columns:  # steps with phases: the decode figures are the decode steps' alone
+            sel = sel[pd.to_numeric(sel["decode_steps"], errors="coerce").isna()]
+        shares += pd.to_numeric(sel["window_prefill_share"], errors="coerce").dropna().tolist()
+    return max(shares) if shares and max(shares) > 0 else None
 
 
 def _window_reason(runs: pd.DataFrame) -> str:
@@ -464,36 +482,53 @@ def gap_share(tables: DerivedTables, scope: Scope) -> Measured:
 
 
 def _gap_part(tables: DerivedTables, scope: Scope, part: str) -> Measured:
-    """One part of the host gap as a share of the step (`gapsplit`), or why it was not measured."""
+    """One part of the host gap as a share of the step (`gapsplit`), or why it was not measured. On a CPU
+    backend: from perf samples, the pooled share of the decode threads' samples in sync or host work; from
+    CPU operators, the time between them, all host compute; launch (other API, and a CPU operator trace's
+    sync) 0, with the reason: the CPU runs the model's operators itself."""
+    pooled = _sampled(tables, scope)
+    if pooled is not None and pooled["samples"]:
+        return _sampled_part(tables, scope, pooled, part)
     split = gapsplit.split_of(_select(tables.host_gaps, scope))
     if split is None or split.no_decode:  # no_decode: the trace rows' phase note says so (`_no_trace`)
         return _no_trace(tables, scope)
     if not split.measured:
         return Measured(None, "", split.note)
-    return Measured(split.step_share[part], split.sentence(part) + _guess(_select(tables.trace_runs, scope)))
+    guess = _guess(_select(tables.trace_runs, scope))
+    if split.basis == WORK_CPU_OPS:
+        return Measured(split.step_share[part], gapsplit.cpu_ops_sentence(split, part, guess))
+    return Measured(split.step_share[part], split.sentence(part) + guess)
+
+
+def _sampled_part(tables: DerivedTables, scope: Scope, pooled: dict[str, Any], part: str) -> Measured:
+    """A part of a sampled window's sync + host share (`gapsplit.sampled_part`), pooled over repeats."""
+    row = _trace_row(tables, scope)
+    step = row["window_ms"] / row["steps"] if row is not None and row["window_ms"] and row["steps"] else None
+    value, text = gapsplit.sampled_part(part, pooled, _of_samples(pooled), step)
+    return Measured(value, text)
 
 
 @measurement("launch_share", unit="fraction", trace=True)
 def launch_share(tables: DerivedTables, scope: Scope) -> Measured:
-    """Host gap with a launch call in flight (and no sync), as a share of the step, from the host API records."""
+    """Host gap with a launch call in flight (and no sync), as a share of the step, from the host API records (0 on a CPU: no launches)."""
     return _gap_part(tables, scope, "launch")
 
 
 @measurement("sync_share", unit="fraction", trace=True)
 def sync_share(tables: DerivedTables, scope: Scope) -> Measured:
-    """Host gap with a synchronising call or a device-to-host copy in flight, as a share of the step."""
+    """Host gap with a synchronising call or a device-to-host copy in flight (perf samples: the sync samples), as a share of the step."""
     return _gap_part(tables, scope, "sync")
 
 
 @measurement("other_api_share", unit="fraction", trace=True)
 def other_api_share(tables: DerivedTables, scope: Scope) -> Measured:
-    """Host gap with only other API calls in flight (no launch, no sync), as a share of the step."""
+    """Host gap with only other API calls in flight (no launch, no sync), as a share of the step (0 on a CPU)."""
     return _gap_part(tables, scope, "other_api")
 
 
 @measurement("host_compute_share", unit="fraction", trace=True)
 def host_compute_share(tables: DerivedTables, scope: Scope) -> Measured:
-    """Host gap with no API call in flight on the launching threads (scheduling, sampling), as a share of the step."""
+    """Host gap with no API call in flight on the launching threads (CPU: between operators; perf: host samples), as a share of the step."""
     return _gap_part(tables, scope, "host_compute")
 
 

@@ -106,3 +106,51 @@ def test_no_successful_request_is_said(tmp_path):
     (tmp_path / "requests.jsonl").write_text(json.dumps({**record, "ok": False}) + "\n")
     with pytest.raises(PerflibError, match="no successful request"):
         attribution.decode_window_from_run(_trace([0], 1, 0, 0), tmp_path)
+
+
+def test_a_staggered_real_level_is_read_over_its_decode_only_part(tmp_path):
+    """The committed H200 capture at batch 16 ~16K (slots-cupti): no window has every request decoding, and
+    over the run's decode span the other requests' prefill ubatches (llama.cpp's mul_mat_q) run among the
+    decode steps. The trace is read over the decode-only part instead, from the last first token to the last
+    request's last token, its steps the client's chunks there: no prefill kernel is left in it."""
+    from support import REPO  # the committed campaign's raw data
+
+    from perflib import rundir, runs
+    from perflib.traces import ReadMode, read_trace
+
+    run = next((REPO / "data/raw/cuda-h200-answer/slots-cupti").glob("*/b16_c16384_r1"))
+    trace = read_trace(run / "trace.parquet", ReadMode.LEAN)
+    records = [r for r in rundir.read_requests(run / rundir.REQUESTS) if r.get("ok")]
+    decode = attribution.decode_window_from_run(trace, run)
+    clocks = rundir.read_manifest(run)["clocks"]["start"]
+    offset = clocks[f"{decode.window.clock}_ns"] - clocks["monotonic_ns"]
+    last = max(records, key=lambda r: r["last_token_ns"])
+    lo = max(r["first_token_ns"] for r in records)
+    assert decode.kind == "decode-only part" and decode.prefill_share == 0.0
+    assert (decode.window.start_ns, decode.window.end_ns) == (lo + offset, last["last_token_ns"] + offset)
+    assert decode.steps == sum(1 for t in last["chunk_ns"] if lo < t <= last["last_token_ns"]) >= 8
+    assert decode.why.startswith("requests staggered") and "requests decoding on average" in decode.why
+    span = runs.client_window(records)
+    whole = attribution.summarize(trace, window=attribution.Window(span.start_ns + offset, span.end_ns + offset),
+                                  classes="llamacpp-cuda")
+    part = attribution.summarize(trace, window=decode.window, classes="llamacpp-cuda", steps=decode.steps)
+    assert "mul_mat_q" in set(whole.classes["kernel_class"])  # the prefill ubatches' GEMMs, over the span
+    assert "mul_mat_q" not in set(part.classes["kernel_class"]) and part.steps == decode.steps
+    level = attribution.run_window(trace, run, "decode")
+    assert level.kind == "decode-only part" and level.count.source == "request records (decode-only part)"
+
+
+def test_a_decode_only_part_too_short_keeps_the_span_and_says_how_much_prefill_it_holds(tmp_path):
+    """Requests sent together whose last one decodes 5 steps after the others finished: fewer than 8, so the
+    span is kept, its share of prefill said (`prefill_share`, `why`)."""
+    t0, offset = _level(tmp_path, [100 * MS, 3000 * MS], [2000 * MS, 3044 * MS])
+    records = [{**json.loads(line), "start_ns": t0} for line in (tmp_path / "requests.jsonl").read_text().splitlines()]
+    (tmp_path / "requests.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    decode = attribution.decode_window_from_run(_trace([0, 3000], 1, t0, offset), tmp_path)
+    span = max(r["last_token_ns"] for r in records) - (t0 + 100 * MS)
+    assert decode.kind == "decode span" and decode.steps is None
+    assert decode.prefill_share == pytest.approx((3000 - 100) * MS / span)
+    assert f"the window holds requests' prefill ({100 * decode.prefill_share:.1f}% of it): its decode-only part " \
+           "holds 4 steps, fewer than 8" in decode.why
+    level = attribution.run_window(_trace([0, 3000], 1, t0, offset), tmp_path, "decode")
+    assert level.prefill_share == decode.prefill_share and level.kind == "decode span"

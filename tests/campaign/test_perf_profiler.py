@@ -65,8 +65,12 @@ def test_a_perf_traced_arm_decides_every_candidate_on_the_cpu(tmp_path: Path, ll
     tables = derive.read(campaign.derived_dir())
     verdicts = v.evaluate(campaign.candidates, tables, v.Context.of(campaign))
     decided = {(x.candidate, x.scope): x for x in verdicts}
-    playbook = {"gemm-dequant-route", "batched-gemv-per-row", "host-gaps", "interleaved-prefill"}
+    playbook = {"gemm-dequant-route", "batched-gemv-per-row", "host-gaps", "interleaved-prefill",
+                "launch-bound", "sync-bound", "host-compute"}
     assert {c for c, _ in decided} == playbook
+    for x in verdicts:  # what fills the gaps, from the samples: launch 0, stated, never a silent 0
+        if x.candidate == "launch-bound":
+            assert x.value == 0.0 and x.outcome == v.RULED_OUT and "no kernel launches on a CPU backend" in x.text
     for verdict in verdicts:
         assert verdict.outcome != v.NOT_MEASURED, verdict.line
         if verdict.candidate != "interleaved-prefill":

@@ -82,3 +82,16 @@ def test_where_the_engine_names_phases_the_decode_steps_figures_stand_beside(tmp
     classes = text.split("kernel classes (", 1)[1].split("\n\n", 1)[0]
     row = next(x for x in classes.splitlines() if x.startswith("gemm "))
     assert f"{gemm['decode_ms_per_step']:.3f}" in row.split() and "decode ms/step" in classes
+
+
+def test_a_cpu_operator_trace_says_its_host_time_is_host_compute(capsys) -> None:
+    """The committed vLLM CPU trace: no device API, its split from the operators, named as such."""
+    path = REPO / "tests" / "data" / "traces" / "vllm_cpu_rank0.pt.trace.json.gz"
+    assert main(["trace", "summary", str(path)]) == 0
+    text = capsys.readouterr().out
+    assert f"what fills the host time (CPU operators): {attribution.HOST_GAP_BASIS_TEXT['CPU operators']}" in text
+    assert main(["trace", "summary", str(path), "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    split = out["host_gaps"]
+    assert split["basis"] == "CPU operators" and split["note"] == "" and split["launch_ms"] == 0.0
+    assert split["host_compute_ms"] == pytest.approx(out["gap_ms"]) and split["sync_ms"] == 0.0

@@ -11,7 +11,9 @@ import pytest
 import synthetic
 
 from perflib import derive, rundir, runs
+from perflib import verdicts as v
 from perflib.campaign import load_campaign
+from perflib.verdicts import MEASUREMENTS
 
 
 @pytest.fixture(scope="module")
@@ -47,9 +49,48 @@ def test_staggered_levels_say_why_suggest_decode_tokens_and_lose_no_trace(stagge
         assert row.suggested_decode_tokens == expected
         assert row.prefill_share == pytest.approx(1.0) and pd.isna(row.own_step_share)
     traced = tables.trace_runs.set_index(["batch", "context", "repeat"])
-    assert set(traced.loc[(4, 16384), "window"]) == {"decode span"}
+    # the traces are read over the span's decode-only part (no request in prefill), its steps the client's there
+    assert set(traced.loc[(4, 16384), "window"]) == {"decode-only part"}
     assert set(traced.loc[(4, 1024), "window"]) == {"decode window"}
-    assert all(w.startswith("requests staggered") for w in traced.loc[(4, 16384), "window_why"])
+    assert all(w.startswith("requests staggered") and "read over the decode-only part" in w
+               for w in traced.loc[(4, 16384), "window_why"])
+    assert (traced["window_prefill_share"] == 0).all()
+    assert set(traced.loc[(4, 16384), "steps"]) == {campaign.decode_tokens - 1}  # the last request's, alone
+    assert set(traced.loc[(4, 16384), "step_method"]) == {"request records (decode-only part)"}
+
+
+def test_staggered_levels_trace_verdicts_are_decided_over_the_decode_only_part(staggered):
+    campaign, tables = staggered
+    verdicts = v.evaluate(campaign.candidates, tables, v.Context.of(campaign))
+    there = [x for x in verdicts if MEASUREMENTS[x.measure].trace and (x.batch, x.context) == (4, 16384)]
+    assert there and all(x.window_prefill is None and "not decided" not in x.threshold for x in there)
+
+
+def test_a_coalesced_streams_trace_verdicts_are_not_decided_saying_how_much_prefill_the_window_holds(coalesced):
+    """Every token at one instant: no chunk times a step, so no decode-only part can be counted; the traces are
+    read over the span, which the requests' prefill fills, and each trace verdict is measured, shown, and
+    inconclusive with that reason, on the first screen and in the grid too."""
+    campaign, tables = coalesced
+    shares = pd.to_numeric(tables.trace_runs["window_prefill_share"])
+    assert (shares > 0).all() and (tables.trace_runs["window"] != "decode-only part").all()
+    ctx = v.Context.of(campaign)
+    verdicts = v.evaluate(campaign.candidates, tables, ctx)
+    traced = [x for x in verdicts if MEASUREMENTS[x.measure].trace and x.outcome != v.NOT_MEASURED]
+    assert traced and all(x.outcome == v.INCONCLUSIVE and x.value is not None for x in traced)
+    for x in traced:
+        at = tables.trace_runs[(tables.trace_runs["batch"] == x.batch) & (tables.trace_runs["context"] == x.context)]
+        batches = {x.batch, 1} if MEASUREMENTS[x.measure].rests_on_batch1 else {x.batch}
+        held = tables.trace_runs[tables.trace_runs["batch"].isin(batches) & (tables.trace_runs["context"] == x.context)]
+        assert len(at) and x.window_prefill == pytest.approx(pd.to_numeric(held["window_prefill_share"]).max())
+        assert x.threshold == f"not decided: the window holds requests' prefill ({100 * x.window_prefill:.1f}% of it)"
+        assert x.evidence.endswith(f": inconclusive ({x.threshold})")
+    lines = [a.line for a in v.answers(verdicts, ctx) if any(MEASUREMENTS[x.measure].trace for x in a.verdicts)]
+    assert lines and all(", not decided at " in line and "the window holds requests' prefill (" in line
+                         for line in lines if "inconclusive" in line)
+    from perflib.report import sections  # the page's grid: layer 4, only here
+
+    grid = sections.level_grid(verdicts, ctx)
+    assert f"(window {100 * traced[0].window_prefill:.0f}% prefill)" in grid
 
 
 def test_a_stream_in_one_chunk_is_said_and_decode_tok_s_is_not_made_up(coalesced):

@@ -208,3 +208,50 @@ def test_arms_that_ran_on_different_devices_are_said_to_have(tmp_path):
     assert len(lines) == 2  # cpu recorded no device: nothing said
     assert pageinputs.ran_on(frame)[("after", "cuda")] == "node: NVIDIA H200 #1 (GPU-b)"
     assert ("before", "cpu") not in pageinputs.ran_on(frame)
+
+
+def _record_device(raw: Path, device: dict | None) -> None:
+    """Every manifest of a campaign's run folders with `device` recorded as given (or none at all)."""
+    for path in raw.rglob("manifest.json"):
+        doc = json.loads(path.read_text())
+        doc.pop("device", None)
+        path.write_text(json.dumps({**doc, **({"device": device} if device else {})}))
+
+
+def _ratio_rows(page: str) -> dict[str, set[str]]:
+    """The cross-backend ratio table's `ran on` cells by source."""
+    section = page.split("## Cross-backend reference ratio")[1].split("\n## ")[0]
+    out: dict[str, set[str]] = {}
+    for line in section.splitlines():
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        if line.startswith("| cpu |") and len(cells) >= 8:
+            out.setdefault(cells[1], set()).add(cells[-1])
+    return out
+
+
+@pytest.mark.parametrize("theirs", [{"host": "lab-box", "gpus": [], "cpus": "0-7"}, None])
+def test_a_compared_campaign_is_said_to_have_run_where_its_own_manifests_say(rich, theirs):
+    """A `compare_with` campaign was made elsewhere, often long before: its rows of the ratio table name the
+    host and device its own run folders recorded, or "not recorded", never this campaign's (issue 29)."""
+    root = rich.parent.parent
+    _record_device(root / "data" / "raw" / "sample", {"host": "here", "gpus": [], "pinned": [], "cpus": "4-15"})
+    _record_device(root / "data" / "raw" / "ref", theirs)
+    campaign = load_campaign(rich)
+    inputs = pageinputs.build(campaign)
+    (ref,) = inputs.references
+    expected = pageinputs.devices.describe_record(theirs) if theirs else ""
+    assert ref.ran_on == expected and ref.ran_on != "here: no GPU (pinned to none), CPUs 4-15"
+    page = _page(campaign, derive.build(campaign), inputs)
+    rows = _ratio_rows(page)
+    assert rows["this campaign"] == {"here: no GPU (pinned to none), CPUs 4-15"}
+    assert rows["the reference copy"] == {expected or "not recorded"}
+    pageinputs.write(inputs, campaign.derived_dir())  # and back from data/derived, as the page is drawn there
+    assert pageinputs.read(campaign.derived_dir()).references[0].ran_on == expected
+
+
+def test_where_no_run_recorded_a_device_the_ran_on_column_is_left_out(rich):
+    campaign = load_campaign(rich)
+    page = _page(campaign, derive.build(campaign), pageinputs.build(campaign))
+    section = page.split("## Cross-backend reference ratio")[1].split("\n## ")[0]
+    assert "| cpu | the reference copy |" in section and "ran on (host: device)" not in section
+    assert "not recorded" not in section

@@ -18,7 +18,8 @@ def _without_date(text: str) -> str:
     return re.sub(r"\d{4}-\d{2}-\d{2}", "DATE", text)
 
 
-@pytest.mark.parametrize("campaign", ["cpu-reference", "cuda-h200-batch", "cuda-h200-fa"])
+@pytest.mark.parametrize("campaign", ["cpu-reference", "cuda-h200-batch", "cuda-h200-fa", "cuda-h200-answer",
+                                      "cuda-cpu-h200-cluster"])
 def test_committed_page_rebuilds_from_raw_data(campaign, tmp_path, capsys):
     pages = sorted((REPO / "reports").glob(f"{campaign}-[0-9][0-9][0-9][0-9]-*.md"))
     assert pages, f"no committed page reports/{campaign}-*.md"

@@ -81,6 +81,9 @@ def test_the_staggered_level_says_its_window_and_the_decode_tokens_that_would_ov
     staggered_rows = [ln for ln in per_level.splitlines() if re.match(r"\| \w[\w-]* \| gpu \| 4 \| 16384 \|", ln)]
     assert len(staggered_rows) == 5
     assert all("n/a: requests staggered: the last first token came" in ln for ln in staggered_rows)
+    # the window its traces were read over: the span's decode-only part, its steps and occupancy said
+    assert re.search(r"; its traces \(slots-traced\) read over the decode-only part \(no request in prefill\): "
+                     r"[\d.]+ ms, [\d.]+% of the span, 63 steps, 1\.0 requests decoding on average", line)
 
 
 def test_a_coalesced_stream_says_so_on_the_page(tmp_path):
@@ -93,3 +96,10 @@ def test_a_coalesced_stream_says_so_on_the_page(tmp_path):
     assert len(rows) == 4 and all(ln.count("n/a: stream coalesced: 64 tokens in 1 chunk") == 2 for ln in rows)
     head = text.split("\n## ")[0]
     assert "stream coalesced: 64 tokens in 1 chunk" in head and "Trace lost" not in text
+    # read over the span, which the prefill fills: the trace verdicts are not decided, and the page says so
+    assert re.search(r"its traces \(slots-traced\) read over the span, up to [\d.]+% of it requests' prefill: "
+                     "their verdicts are not decided", head)
+    host = next(e for e in out["answer"]["candidates"] if e["candidate"] == "host-gaps")
+    assert {x["outcome"] for x in host["levels"] if x["arm"] == "slots"} == {v.INCONCLUSIVE}
+    assert all(x["window_prefill"] > 0 for x in host["levels"] if x["arm"] == "slots")
+    assert ", not decided at " in host["answer"]

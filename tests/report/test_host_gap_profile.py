@@ -11,7 +11,13 @@ import pandas as pd
 import pytest
 from support import REPO
 
-from perflib.attribution import HOST_GAP_LABELS, HOST_GAP_PARTS
+from perflib.attribution import (
+    HOST_GAP_BASIS_TEXT,
+    HOST_GAP_LABELS,
+    HOST_GAP_PARTS,
+    WORK_CPU_OPS,
+    WORK_SAMPLES,
+)
 from perflib.derive import DerivedTables, normalize
 from perflib.report import evidence
 from perflib.report import tables as tb
@@ -83,3 +89,15 @@ def test_the_committed_cupti_pages_say_their_cuts_kept_no_api_records(campaign: 
     text = _page(campaign)
     assert "**What fills the host gaps**: not measured: this trace cut holds GPU dispatches only" in text
     assert "| launch-bound |" not in text.split("## Verdicts", 1)[0]  # not measured: said once, not decided
+
+
+@pytest.mark.parametrize("basis", [WORK_CPU_OPS, WORK_SAMPLES])
+def test_a_cpu_backends_split_says_what_it_was_measured_from(basis: str) -> None:
+    zero = {"sync_ms": 0.0 if basis == WORK_CPU_OPS else 12.0, "launch_ms": 0.0, "other_api_ms": 0.0,
+            "host_compute_ms": 30.0}
+    text = evidence._host_gap_split(host_gaps([{"batch": 4, "repeat": 1, "launch_calls": 0, "basis": basis, **zero}]))
+    assert HOST_GAP_BASIS_TEXT[basis] in text and "no kernel launches on a CPU backend" in text
+    assert "host API records" not in text and "traces split" in text
+    assert "| 0.00 ms (0.0%) |" in text  # launch: 0, measured, never n/a
+    api = evidence._host_gap_split(host_gaps([{"batch": 4, "repeat": 1, "basis": "host API records", **PARTS}]))
+    assert "traces with API records" in api and HOST_GAP_BASIS_TEXT["host API records"] in api

@@ -5,6 +5,7 @@ exact figure. The tables are attributed from the real llama-server capture (test
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 
 import pandas as pd
 import pytest
@@ -13,7 +14,7 @@ from support import DATA
 from perflib import attribution
 from perflib import verdicts as v
 from perflib.attribution import StepCount, Window, interval
-from perflib.config import CandidateSpec
+from perflib.config import CandidateSpec, read_playbook
 from perflib.derive import DerivedTables, normalize
 from perflib.traces import ReadMode, read_trace
 
@@ -96,3 +97,29 @@ def test_class_scaling_on_the_cpu_names_the_samples_at_each_batch():
                             DerivedTables(runs=runs, trace_runs=trace, classes=classes), _ctx())
     assert verdict.outcome == v.RULED_OUT and verdict.value == pytest.approx((0.2 / 2.25) / 4)
     assert "sampled estimate, cpu-clock 999 Hz: 40 of 1,600 samples at batch 4, 450 of 600 at batch 1" in verdict.text
+
+
+def _playbook(cid: str) -> CandidateSpec:
+    (cand,) = [c for c, _ in read_playbook("batched-decode") if c.id == cid]
+    return replace(cand, batch=4)
+
+
+def test_sync_and_host_compute_on_the_cpu_are_the_pooled_sync_and_host_shares_labelled_estimates():
+    tables, summaries = _tables()
+    n = sum(s.sampling.samples for s in summaries)
+    for cid, role in (("sync-bound", "sync"), ("host-compute", "host")):
+        (verdict,) = v.evaluate([_playbook(cid)], tables, _ctx())
+        k = sum(getattr(s.sampling, role) for s in summaries)
+        lo, hi = interval(k, n)
+        assert k > 0 and verdict.value == pytest.approx(k / n) and verdict.outcome != v.NOT_MEASURED
+        assert f"{100 * k / n:.1f}% (95% interval {100 * lo:.1f}-{100 * hi:.1f}%) of {n:,} samples on the decode " \
+               "threads over 2 repeats (sampled estimate, cpu-clock 999 Hz)" in verdict.text
+
+
+def test_launch_bound_on_the_cpu_is_ruled_out_at_zero_saying_why_and_from_what():
+    tables, summaries = _tables()
+    (verdict,) = v.evaluate([_playbook("launch-bound")], tables, _ctx())
+    assert verdict.outcome == v.RULED_OUT and verdict.value == 0.0
+    assert "no kernel launches on a CPU backend: the CPU runs the model's operators itself" in verdict.text
+    n = sum(s.sampling.samples for s in summaries)
+    assert f"measured from perf samples ({n:,} on the decode threads over 2 repeats, sampled estimate" in verdict.text
