@@ -132,14 +132,21 @@ def _trace_window(trace_runs: pd.DataFrame | None, backend: Any, batch: Any, con
     if not len(at):
         return ""
     arms = ", ".join(escape_md(a) for a in dict.fromkeys(at["arm"].astype(str)))
-    prefill = pd.to_numeric(at.get("window_prefill_share"), errors="coerce").dropna() \
-        if "window_prefill_share" in at.columns else pd.Series(dtype=float)
+    held = at
+    if "decode_steps" in at.columns:  # steps with phases: their decode figures are the decode steps' alone
+        held = at[pd.to_numeric(at["decode_steps"], errors="coerce").isna()]
+    prefill = pd.to_numeric(held.get("window_prefill_share"), errors="coerce").dropna() \
+        if "window_prefill_share" in held.columns else pd.Series(dtype=float)
     if len(prefill) and prefill.max() > 0:
+        arms = ", ".join(escape_md(a) for a in dict.fromkeys(held["arm"].astype(str)))
         return (f"; its traces ({arms}) read over the span, up to {100 * prefill.max():.1f}% of it requests' "
                 "prefill: their verdicts are not decided")
     part = [w.split("; read over ", 1)[1] for w, kind in zip(_texts(at, "window_why"), _texts(at, "window"), strict=True)
             if kind == DECODE_ONLY and "; read over " in w]
-    return f"; its traces ({arms}) read over {escape_md(part[0])}" if part else ""
+    if part:
+        return f"; its traces ({arms}) read over {escape_md(part[0])}"
+    return (f"; its traces ({arms}) read over the span by their engine's own decode steps"
+            if len(held) < len(at) else "")
 
 
 def window_lines(runs: pd.DataFrame | None, trace_runs: pd.DataFrame | None = None) -> list[str]:

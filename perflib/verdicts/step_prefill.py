@@ -39,8 +39,8 @@ def step_prefill_share(tables: DerivedTables, scope: Scope) -> Measured:
     if phases is None or not len(phases):
         trace = _select(tables.trace_runs, scope)
         if trace is not None and len(trace):
-            return Measured(None, "", f"the trace's steps at {_where(scope)} name no phase (llama.cpp's do not; "
-                                      "vLLM and SGLang name theirs)")
+            return Measured(None, "", f"the trace's steps at {_where(scope)} name no phase (vLLM and SGLang "
+                                      "name their steps' phases; llama.cpp and ProfilerStep# steps do not)")
         return _no_trace(tables, scope)
     shares = sorted(_shares(phases), key=lambda s: s[2])
     if not shares:
