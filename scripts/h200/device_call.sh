@@ -45,8 +45,17 @@ tail -80 "$WORK"/cache/build-cuda.log > "$OUT/build-tail.log" 2>/dev/null
 [ -d "$WORK/cupti" ] && tar czf "$OUT/cupti.tgz" -C "$WORK" cupti
 # the run folders, server.json and the page; lifetime captures stay behind (the cut traces are in the run
 # folders), but the cupti-stats.json of each capture comes back
-tar czf "$OUT/results.tgz" -C "$WORK" --exclude='*/capture/*/cupti.txt' --exclude='*.nsys-rep' \
-  "data/raw/$CAMPAIGN" "data/derived/$CAMPAIGN" reports $(cd "$WORK" && ls -d cluster-*.log 2>/dev/null) 2>/dev/null
+# the lifetime captures (cupti.txt, gzipped since the cut) stay behind; a multi-GPU run's two data folders
+# (scripts/h200/multigpu.sh) come back too. Over 15 MiB the archive is split (the device tool returns files of
+# at most 16 MiB, 64 MiB in all): `cat results.tgz.part-* | tar xz` here.
+tar czf "$WORK/results.tgz" -C "$WORK" --exclude='*/capture/*/cupti.txt*' --exclude='*.nsys-rep' \
+  "data/raw/$CAMPAIGN" "data/derived/$CAMPAIGN" reports $(cd "$WORK" && ls -d cluster-*.log parallel/raw \
+  sequential/raw multigpu-times.json 2>/dev/null) 2>/dev/null
+if [ "$(stat -c %s "$WORK/results.tgz")" -gt $((15 * 1024 * 1024)) ]; then
+  (cd "$OUT" && split -b 15m "$WORK/results.tgz" results.tgz.part-)
+else
+  cp "$WORK/results.tgz" "$OUT/"
+fi
 ls -la "$OUT"
 [ -f "$WORK/cupti.done" ] && echo "CUPTI PROOF DONE"
 [ -f "$WORK/finished" ] && echo "CAMPAIGN FINISHED: $(cat "$WORK/finished")" || echo "STILL RUNNING"
