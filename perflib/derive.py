@@ -131,8 +131,8 @@ def _read_trace_keyed(path: str, size: int, mtime_ns: int) -> Any:
 
 
 @dataclass(frozen=True)
-class Attributed:
-    """One run's trace tables, or why it has none; `loss`: why its trace is not whole ('' where it is,
+class RunTrace:
+    """One run's trace tables as the page reads them (its key columns added), or why it has none; `loss`: why its trace is not whole ('' where it is,
     or where none was made); `profiler_loss`: what the server start that served it reported lost."""
 
     tables: dict[str, pd.DataFrame] | None
@@ -189,7 +189,7 @@ def _capture_span(trace: Any, manifest: dict[str, Any]) -> tuple[int, int] | Non
 
 
 def attribute_run(campaign: Campaign, arm: str, backend: str, run_dir: Path, keys: dict[str, Any],
-                  decode_steps: Any) -> Attributed:
+                  decode_steps: Any) -> RunTrace:
     """The trace tables of one run, windowed as the page reads it, or why not. A trace that does not
     cover its window (the capture began late or ended early) is not attributed: its uncovered part would
     read as host gaps. A trace that was to be made and was not says why (`trace_lost`)."""
@@ -206,22 +206,22 @@ def attribute_run(campaign: Campaign, arm: str, backend: str, run_dir: Path, key
                 and not manifest.get("trace_note"):
             lost = f"{run.label}: the {kind} profiler ran but no trace reached this run folder"  # and nothing said why
             why = lost
-        return Attributed(None, why, lost, _start_losses(run_dir, _loss_kind(kind, None))[0] if lost else "")
+        return RunTrace(None, why, lost, _start_losses(run_dir, _loss_kind(kind, None))[0] if lost else "")
     if not path.exists():
         why = f"{run.label}: trace path {path} does not exist"
-        return Attributed(None, why, lost or why)
+        return RunTrace(None, why, lost or why)
     done = _attributed_trace(campaign, spec, run, run_dir, path, manifest, decode_steps)
     if done.error:
         why = f"{run.label}: trace {path} could not be attributed: {done.error}"
-        return Attributed(None, why, why)
+        return RunTrace(None, why, why)
     reported, dropped = _start_losses(run_dir, _loss_kind(kind, done.source))
     if done.uncovered or done.tables is None:
         loss = done.uncovered + (f": {reported}" if reported else "")
-        return Attributed(None, f"{run.label}: trace not attributed: {loss}", loss, reported)
+        return RunTrace(None, f"{run.label}: trace not attributed: {loss}", loss, reported)
     out = {name: frame.assign(**keys) for name, frame in done.tables.items()}
     loss = (f"its server start's capture lost {dropped:,} records, where is not known (see Profiler losses)"
             if dropped else "")
-    return Attributed(out, None, loss, reported)
+    return RunTrace(out, None, loss, reported)
 
 
 def _attributed_trace(campaign: Campaign, spec: Any, run: RunSpec, run_dir: Path, path: Path,
@@ -391,7 +391,7 @@ def read(out_dir: Path) -> DerivedTables:
     return DerivedTables(**frames, notes=notes)
 
 
-def build_and_write(campaign: Campaign, data_dir: Path | None = None) -> DerivedTables:
+def rebuild(campaign: Campaign, data_dir: Path | None = None) -> DerivedTables:
     """Rebuild `data/derived/<campaign>/` from `data/raw` and return the tables."""
     tables = build(campaign, data_dir)
     write(tables, campaign.derived_dir(data_dir))

@@ -11,14 +11,16 @@
   would decide it.
 - `step_prefill`: interleaved prefill from the engine's own step phases (a traced level the client cannot
   time: a coalesced stream, staggered requests).
-- `answer`: each candidate summarised across levels in one line, the levels the question names first;
-  the campaign's whole answer as one JSON-ready dictionary.
+- `answer`: each candidate summarised across levels in one line, the levels the question names first.
+- `decisions`: a campaign's candidates, gates and level checks decided once (`Decisions.of`), and its whole
+  answer as one JSON-ready dictionary (`answer_dict`).
 """
 
 from perflib.config.thresholds import Threshold, parse_threshold
 from perflib.verdicts import step_prefill  # noqa: F401 - registers step_prefill_share
-from perflib.verdicts.answer import Answer, answer_dict, answers
+from perflib.verdicts.answer import Answer, answers
 from perflib.verdicts.compare import Change, change_of, repeats_to_decide
+from perflib.verdicts.decisions import Decisions, answer_dict
 from perflib.verdicts.evaluate import (
     CONFIRMED,
     FAIL,
@@ -42,7 +44,7 @@ from perflib.verdicts.scopes import Context, profiler_hint, scopes
 
 __all__ = [
     "CONFIRMED", "FAIL", "INCONCLUSIVE", "MEASUREMENTS", "NOT_MEASURED", "OUTCOMES", "PASS", "RULED_OUT", "UNDECIDED",
-    "Answer", "Change", "Context", "GateResult", "Measured", "Measurement", "Scope", "Threshold", "Verdict",
+    "Answer", "Change", "Context", "Decisions", "GateResult", "Measured", "Measurement", "Scope", "Threshold", "Verdict",
     "answer_dict", "answers", "change_of", "check_campaign", "decide", "evaluate", "evaluate_candidate",
     "evaluate_gate", "floor_ms", "measurement", "parse_threshold", "profiler_hint", "repeats_to_decide", "scopes",
     "verdict_table",
