@@ -1,8 +1,11 @@
 """Verdicts: candidates (hypotheses) decided by named measurements over the derived tables.
 
-- `measures`: the registered measurements (`MEASUREMENTS`), each a function of the tables and a
+- `measures`: the registry of measurements (`MEASUREMENTS`), each a function of the tables and a
   `Scope` that gives a number with its sentence, or why it was not measured, with flags that say
-  where it applies.
+  where it applies; and what they share (the rows at a scope, why none were measured).
+- `runmeasures`, `gapmeasures`, `classmeasures`: the measurements of runs.csv (client and counters),
+  of the trace's host gaps and of its kernel classes; `samplepool`: a CPU profile's samples pooled over
+  repeats, which the trace measurements read on a CPU backend.
 - `scopes`: where a candidate is decided: every level (batch x context, per compared arm against its
   baseline, per backend) its measurement applies to.
 - `evaluate`: a candidate at each of its scopes → confirmed, ruled out, inconclusive or not measured,
@@ -17,7 +20,14 @@
 """
 
 from perflib.config.thresholds import Threshold, parse_threshold
+
+# the measurements register themselves in this order, which docs/CATALOGUE.md lists
+# isort: off
+from perflib.verdicts import runmeasures  # noqa: F401 - registers step_ratio ... change_pct
+from perflib.verdicts import gapmeasures  # noqa: F401 - registers gap_share ... gap_scaling
+from perflib.verdicts import classmeasures  # noqa: F401 - registers class_share ... class_dispatches
 from perflib.verdicts import step_prefill  # noqa: F401 - registers step_prefill_share
+# isort: on
 from perflib.verdicts.answer import Answer, answers
 from perflib.verdicts.compare import Change, change_of, repeats_to_decide
 from perflib.verdicts.decisions import Decisions, answer_dict
@@ -39,7 +49,8 @@ from perflib.verdicts.evaluate import (
     evaluate_gate,
     verdict_table,
 )
-from perflib.verdicts.measures import MEASUREMENTS, Measured, Measurement, Scope, floor_ms, measurement
+from perflib.verdicts.measures import MEASUREMENTS, Measured, Measurement, Scope, measurement
+from perflib.verdicts.runmeasures import floor_ms
 from perflib.verdicts.scopes import Context, profiler_hint, scopes
 
 __all__ = [

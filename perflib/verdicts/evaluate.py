@@ -24,7 +24,8 @@ from perflib.derive import DerivedTables
 from perflib.errors import InputError
 from perflib.runs import RUNS_COLUMNS
 from perflib.verdicts import compare
-from perflib.verdicts.measures import MEASUREMENTS, Scope, higher_is_better, trace_scope, window_prefill
+from perflib.verdicts.measures import MEASUREMENTS, Scope, trace_scope, window_prefill
+from perflib.verdicts.runmeasures import higher_is_better
 from perflib.verdicts.scopes import Context, scopes
 
 CONFIRMED, RULED_OUT, INCONCLUSIVE, NOT_MEASURED = "confirmed", "ruled out", "inconclusive", "not measured"
