@@ -33,6 +33,7 @@ from perflib import atomic, attribution, rundir
 from perflib.clocks import CLOCK_KEYS
 from perflib.errors import PerflibError
 from perflib.traces import (
+    Trace,
     api_path,
     file_meta,
     host_start,
@@ -106,7 +107,7 @@ def _in_bounds(frame: pd.DataFrame, start: int, end: int, marks: bool) -> bool:
     return bool((after & (s < end)).any())
 
 
-def _write_atomic(trace: Any, inside: Any, target: Path, start: int, end: int) -> Path:
+def _write_atomic(trace: Trace, inside: pd.DataFrame, target: Path, start: int, end: int) -> Path:
     """Write the cut through `atomic.atomic_target`: a failure at any point leaves `target` as it
     was and no temporary file behind. Names read as a categorical (the lean read) are written as text,
     as the full read's are, and the meta is the file's (`traces.file_meta`), so that a cut from the lean
@@ -152,7 +153,7 @@ def _keep_existing(run_dir: Path, target: Path, n_new: int, replace_cuts: bool) 
     return None
 
 
-def capture_span(trace: Any) -> tuple[int, int] | None:
+def capture_span(trace: Trace) -> tuple[int, int] | None:
     """(first start, last end) of all the dispatches of a lifetime trace, in ns on its clock: how far
     the capture reaches, which a cut keeps (`trace_cut.capture_start_ns` / `capture_end_ns`) so that a
     run whose window the capture did not cover is never attributed as if it did (`perflib.derive`)."""
@@ -162,7 +163,7 @@ def capture_span(trace: Any) -> tuple[int, int] | None:
     return int(frame["start_ns"].min()), int(frame["end_ns"].max())
 
 
-def _cut_one(trace: Any, manifest_path: Path, margin_ns: int, repeats: int | None, name: str,
+def _cut_one(trace: Trace, manifest_path: Path, margin_ns: int, repeats: int | None, name: str,
              replace_cuts: bool, span: tuple[int, int] | None = None) -> Cut:
     """One run folder's cut: skipped, kept as it was, or written (and its manifest updated)."""
     run_dir = manifest_path.parent
@@ -200,7 +201,7 @@ def _cut_one(trace: Any, manifest_path: Path, margin_ns: int, repeats: int | Non
                "" if kernels else "no kernel dispatch inside the level window")
 
 
-def cut_into_runs(trace: Any, runs_dir: str | Path, margin_ns: int = 50_000_000,
+def cut_into_runs(trace: Trace, runs_dir: str | Path, margin_ns: int = 50_000_000,
                   repeats: int | None = None, name: str = "trace.parquet", replace: bool = False) -> list[Cut]:
     """Write each run folder's level window of `trace` (± `margin_ns`) as `name`, and point its
     manifest at it. `repeats=N` cuts repeats 1..N only; the others' manifests say why they have no trace.

@@ -21,7 +21,7 @@ from typing import Any
 import pandas as pd
 
 from perflib import atomic, attribution, checks, classes, runcache, rundir, runs, traces
-from perflib.config import Campaign, RunSpec
+from perflib.config import BackendSpec, Campaign, RunSpec
 from perflib.errors import InputError, PerflibError
 from perflib.server import losses, profilers
 
@@ -115,7 +115,7 @@ def summarize_run_row(run_dir: Path, keys: dict[str, Any]) -> dict[str, Any]:
     return row
 
 
-def _read_trace_cached(path: Path) -> Any:
+def _read_trace_cached(path: Path) -> traces.Trace:
     """`read_trace`, keeping the last trace read: a server profiled once for a whole sweep has one
     trace (`profiler.output` without per-run fields) that every run of the sweep windows, and reading
     it once per run would repeat the slowest step of the report. Keyed on path, size and mtime. Read
@@ -126,13 +126,13 @@ def _read_trace_cached(path: Path) -> Any:
 
 
 @functools.lru_cache(maxsize=1)
-def _read_trace_keyed(path: str, size: int, mtime_ns: int) -> Any:
+def _read_trace_keyed(path: str, size: int, mtime_ns: int) -> traces.Trace:
     return traces.read_trace(path, mode=traces.ReadMode.LEAN)
 
 
 @dataclass(frozen=True)
-class Attributed:
-    """One run's trace tables, or why it has none; `loss`: why its trace is not whole ('' where it is,
+class RunTrace:
+    """One run's trace tables as the page reads them (its key columns added), or why it has none; `loss`: why its trace is not whole ('' where it is,
     or where none was made); `profiler_loss`: what the server start that served it reported lost."""
 
     tables: dict[str, pd.DataFrame] | None
@@ -169,7 +169,7 @@ def _start_losses(run_dir: Path, kind: str) -> tuple[str, int | None]:
     return losses.describe(start), losses.dropped(start)
 
 
-def _tolerance_ns(window: Any, count: Any) -> int:
+def _tolerance_ns(window: attribution.Window, count: attribution.StepCount | None) -> int:
     """How far a window may reach past a capture's first or last record and still be covered: two steps
     (the last step's kernels end a host turn before the window does), else 5% of it; at least 1 ms."""
     length = int(window.end_ns) - int(window.start_ns)
@@ -177,7 +177,7 @@ def _tolerance_ns(window: Any, count: Any) -> int:
     return max(2 * length // steps if steps else length // 20, 1_000_000)
 
 
-def _capture_span(trace: Any, manifest: dict[str, Any]) -> tuple[int, int] | None:
+def _capture_span(trace: traces.Trace, manifest: dict[str, Any]) -> tuple[int, int] | None:
     """How far the capture reaches: the `capture_start_ns`/`capture_end_ns` a cut recorded, else (a cut
     made before they were recorded, or a file per run) the trace's own first start and last end."""
     cut = manifest.get("trace_cut") if isinstance(manifest.get("trace_cut"), dict) else {}
@@ -189,7 +189,7 @@ def _capture_span(trace: Any, manifest: dict[str, Any]) -> tuple[int, int] | Non
 
 
 def attribute_run(campaign: Campaign, arm: str, backend: str, run_dir: Path, keys: dict[str, Any],
-                  decode_steps: Any) -> Attributed:
+                  decode_steps: float | None) -> RunTrace:
     """The trace tables of one run, windowed as the page reads it, or why not. A trace that does not
     cover its window (the capture began late or ended early) is not attributed: its uncovered part would
     read as host gaps. A trace that was to be made and was not says why (`trace_lost`)."""
@@ -206,26 +206,26 @@ def attribute_run(campaign: Campaign, arm: str, backend: str, run_dir: Path, key
                 and not manifest.get("trace_note"):
             lost = f"{run.label}: the {kind} profiler ran but no trace reached this run folder"  # and nothing said why
             why = lost
-        return Attributed(None, why, lost, _start_losses(run_dir, _loss_kind(kind, None))[0] if lost else "")
+        return RunTrace(None, why, lost, _start_losses(run_dir, _loss_kind(kind, None))[0] if lost else "")
     if not path.exists():
         why = f"{run.label}: trace path {path} does not exist"
-        return Attributed(None, why, lost or why)
+        return RunTrace(None, why, lost or why)
     done = _attributed_trace(campaign, spec, run, run_dir, path, manifest, decode_steps)
     if done.error:
         why = f"{run.label}: trace {path} could not be attributed: {done.error}"
-        return Attributed(None, why, why)
+        return RunTrace(None, why, why)
     reported, dropped = _start_losses(run_dir, _loss_kind(kind, done.source))
     if done.uncovered or done.tables is None:
         loss = done.uncovered + (f": {reported}" if reported else "")
-        return Attributed(None, f"{run.label}: trace not attributed: {loss}", loss, reported)
+        return RunTrace(None, f"{run.label}: trace not attributed: {loss}", loss, reported)
     out = {name: frame.assign(**keys) for name, frame in done.tables.items()}
     loss = (f"its server start's capture lost {dropped:,} records, where is not known (see Profiler losses)"
             if dropped else "")
-    return Attributed(out, None, loss, reported)
+    return RunTrace(out, None, loss, reported)
 
 
-def _attributed_trace(campaign: Campaign, spec: Any, run: RunSpec, run_dir: Path, path: Path,
-                      manifest: dict[str, Any], decode_steps: Any) -> runcache.Attributed:
+def _attributed_trace(campaign: Campaign, spec: BackendSpec | None, run: RunSpec, run_dir: Path, path: Path,
+                      manifest: dict[str, Any], decode_steps: float | None) -> runcache.Attributed:
     """The run's trace attributed, windowed as the page reads it (`run_window`: decode, SERVERS.md §5.2,
     steps from the request records; level, the counters; steps), or what stopped it: taken from
     `data/derived/<campaign>/runs/...` where that was stored for the same trace, run folder and settings
@@ -279,7 +279,7 @@ def _attributed_trace(campaign: Campaign, spec: Any, run: RunSpec, run_dir: Path
 
 
 def trace_rows(campaign: Campaign, arm: str, backend: str, run_dir: Path, keys: dict[str, Any],
-               decode_steps: Any) -> tuple[dict[str, pd.DataFrame] | None, str | None]:
+               decode_steps: float | None) -> tuple[dict[str, pd.DataFrame] | None, str | None]:
     """Trace tables of one run, or (None, why not) where it has no trace, the trace is unreadable or does
     not cover the run's window (`attribute_run`)."""
     done = attribute_run(campaign, arm, backend, run_dir, keys, decode_steps)
@@ -391,7 +391,7 @@ def read(out_dir: Path) -> DerivedTables:
     return DerivedTables(**frames, notes=notes)
 
 
-def build_and_write(campaign: Campaign, data_dir: Path | None = None) -> DerivedTables:
+def rebuild(campaign: Campaign, data_dir: Path | None = None) -> DerivedTables:
     """Rebuild `data/derived/<campaign>/` from `data/raw` and return the tables."""
     tables = build(campaign, data_dir)
     write(tables, campaign.derived_dir(data_dir))

@@ -1,10 +1,12 @@
 """The front object of a campaign: `perflib.open_campaign(path)`.
 
 It reads the campaign file and derives the tables from `data/raw` on first use (nothing is
-cached on disk, so a notebook always shows what the raw data says), and delegates each question
-to a pure function: the derived tables (`perflib.derive`), the page's other inputs
-(`perflib.pageinputs`), verdicts (`perflib.verdicts`), the page's tables (`perflib.report.tables`)
-and its figures (`perflib.report.figures`).
+cached on disk, so a notebook always shows what the raw data says), decides its verdicts, gates and
+checks over them once (`perflib.publish.Published`: what the page and `perflib campaign report --json`
+show), and delegates each other question to a pure function: the derived tables (`perflib.derive`),
+the page's other inputs (`perflib.pageinputs`), the page's tables (`perflib.report.tables`) and its
+figures (`perflib.report.figures`). `write_report` publishes the page from the same tables and decisions
+(`perflib.publish.publish`).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from perflib import verdicts as verdict_mod
 from perflib.campaign import CampaignResult, load_campaign, run_campaign
 from perflib.config import Campaign, opening_question, replace_data_dir
 from perflib.errors import InputError
+from perflib.publish import Published, publish
 from perflib.report import figures, markdown, page
 from perflib.report import tables as page_tables
 
@@ -38,6 +41,12 @@ class CampaignView:
     def tables(self) -> derive.DerivedTables:
         """The derived tables, built from `data/raw` on first use."""
         return derive.build(self.campaign)
+
+    @cached_property
+    def published(self) -> Published:
+        """The tables' verdicts, gates, checks, answer and run states, decided once on first use (nothing
+        written): what `.verdicts()`, `.gates()`, `.summary()` and `.write_report()` show."""
+        return Published.of(self.campaign, self.tables)
 
     @property
     def runs(self) -> pd.DataFrame:
@@ -102,15 +111,14 @@ class CampaignView:
                                   other_note=self.campaign.other_backends_note)
 
     def verdict_list(self) -> list[verdict_mod.Verdict]:
-        return verdict_mod.evaluate(self.campaign.candidates, self.tables, verdict_mod.Context.of(self.campaign))
+        return list(self.published.verdicts)
 
     def verdicts(self) -> pd.DataFrame:
         """One row per (candidate, scope): outcome with its number and threshold."""
         return verdict_mod.verdict_table(self.verdict_list())
 
     def gates(self) -> list[verdict_mod.GateResult]:
-        ctx = verdict_mod.Context.of(self.campaign)
-        return [g for gate in self.campaign.gates for g in verdict_mod.evaluate_gate(gate, self.tables, ctx)]
+        return list(self.published.gates)
 
     # Each plot is the page's figure: a matplotlib Figure made without pyplot (the kernel's backend and
     # pyplot's figures stay as they were) that shows as a PNG when it is a cell's value, with its alt
@@ -139,7 +147,7 @@ class CampaignView:
     def summary(self) -> markdown.MarkdownText:
         """The page's opening: the verdict per candidate, the before/after headline and gates, what was
         not measured, the checks (rendered as Markdown in Jupyter and in the export)."""
-        return markdown.MarkdownText(page.summary_markdown(self.campaign, self.tables,
+        return markdown.MarkdownText(page.summary_markdown(self.campaign, self.tables, self.published.decisions,
                                                            opening_question(self.campaign)[0]))
 
     @staticmethod
@@ -152,7 +160,8 @@ class CampaignView:
         `options`); `cluster`, a Dask scheduler's address, spreads its (arm, backend) groups over the
         workers (`perflib campaign run --cluster`). The tables are read afresh afterwards."""
         result = run_campaign(self.campaign, cluster=cluster, **options)
-        self.__dict__.pop("tables", None)  # the cached_property: the next look reads the new run folders
+        for name in ("tables", "published"):  # the cached_properties: the next look reads the new run folders
+            self.__dict__.pop(name, None)
         return result
 
     def write_derived(self) -> Path:
@@ -160,9 +169,10 @@ class CampaignView:
         return self.campaign.derived_dir()
 
     def write_report(self, reports_dir: str | Path | None = None, date: str | None = None) -> Path:
-        self.write_derived()
-        inputs = pageinputs.build_and_write(self.campaign, reports_dir=Path(reports_dir) if reports_dir else None)
-        return page.write_report(self.campaign, self.tables, inputs, date)
+        """Write the derived tables, the page's inputs and the page (`perflib.publish.publish`), from these
+        tables and what was decided over them."""
+        return publish(self.campaign, reports_dir=Path(reports_dir) if reports_dir else None, date=date,
+                       decided=self.published).page
 
 
 SAMPLE_CAMPAIGN = Path(__file__).resolve().parents[1] / "tests" / "data" / "campaign-sample" / "campaign.yaml"

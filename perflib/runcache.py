@@ -89,7 +89,7 @@ def class_table_id(table: classes.ClassTable | str | None) -> str:
     return hashlib.sha256(repr([classes.MATCHING, rules]).encode()).hexdigest()  # and how names meet them
 
 
-def key(trace: Path, run_dir: Path, decode_steps: Any, class_table: classes.ClassTable | str | None, window: str,
+def key(trace: Path, run_dir: Path, decode_steps: float | None, class_table: classes.ClassTable | str | None, window: str,
         step_marker: str | None) -> dict[str, Any]:
     """Everything a run's attributed tables depend on."""
     steps = None

@@ -168,9 +168,9 @@ def no_process_left(grace_s: float = 10.0) -> Iterator[None]:
 
 def write_page(campaign, data_dir: Path | None = None, reports_dir: Path | None = None, date: str | None = None,
                tables=None) -> Path:
-    """The page as `perflib campaign report` writes it: the derived tables and the page's other inputs
-    built and written first (`perflib.derive`, `perflib.pageinputs`), then the page drawn from them."""
-    from perflib import derive, pageinputs, report
+    """The page as `perflib campaign report` writes it (`perflib.publish`): the derived tables (`tables` where
+    given) and the page's other inputs written, the verdicts decided, then the page drawn from them."""
+    from perflib.publish import Published, publish
 
-    tables = tables if tables is not None else derive.build_and_write(campaign, data_dir)
-    return report.write_report(campaign, tables, pageinputs.build_and_write(campaign, data_dir, reports_dir), date)
+    decided = Published.of(campaign, tables) if tables is not None else None
+    return publish(campaign, data_dir, reports_dir, date, decided).page

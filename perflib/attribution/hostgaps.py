@@ -48,7 +48,7 @@ from perflib.attribution import apicalls
 from perflib.attribution.codes import kernel_codes, kind_codes
 from perflib.attribution.samples import SampleSplit
 from perflib.attribution.summary import WORK_CPU_OPS, WORK_SAMPLES, work_of
-from perflib.attribution.windows import Window, dispatches_of, trace_span
+from perflib.attribution.windows import TraceLike, Window, dispatches_of, trace_span
 from perflib.intervals import covered_before, union_intervals
 
 PARTS = ("sync", "launch", "other_api", "host_compute")
@@ -101,7 +101,7 @@ BASIS_TEXT = {
 """What a split measured from each basis is, said once for the page and `perflib trace summary`."""
 
 
-def no_api_note(trace: Any) -> str:
+def no_api_note(trace: TraceLike) -> str:
     """Why a trace holds no host API calls: what its read said (a cut made before perflib kept them, none
     in the cut's window), else the capture holds none, with what its format needs to hold them."""
     meta = getattr(trace, "meta", None) or {}
@@ -274,7 +274,7 @@ def sampled_host_gaps(window: Window, split: SampleSplit) -> HostGaps:
                     calls=dict.fromkeys(apicalls.CATEGORIES, 0), basis=WORK_SAMPLES)
 
 
-def host_gaps(trace: Any, window: Window | None = None, steps: pd.DataFrame | None = None,
+def host_gaps(trace: TraceLike, window: Window | None = None, steps: pd.DataFrame | None = None,
               periods: tuple[np.ndarray, np.ndarray] | None = None, sampling: SampleSplit | None = None) -> HostGaps:
     """Split the host gap of `window` (default: the trace span) into sync and copy wait, launch, other API
     and host compute, over the window, over each row of `steps` (a step table: `step, start_ns, end_ns`, as

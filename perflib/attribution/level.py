@@ -13,12 +13,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from perflib import rundir
 from perflib.attribution.markers import window_from_step_annotations
 from perflib.attribution.steps import StepCount
-from perflib.attribution.windows import DECODE_ONLY, Window, decode_window_from_run, window_from_manifest
+from perflib.attribution.windows import (
+    DECODE_ONLY,
+    TraceLike,
+    Window,
+    decode_window_from_run,
+    window_from_manifest,
+)
 from perflib.errors import PerflibError
 from perflib.runs import ALL_DECODING
 
@@ -41,7 +46,7 @@ class LevelWindow:
     verdict over such a window is not decided (`perflib.verdicts`)."""
 
 
-def _count(value: Any, source: str) -> StepCount | None:
+def _count(value: object, source: str) -> StepCount | None:
     try:
         count = int(value)
     except (TypeError, ValueError):
@@ -49,7 +54,7 @@ def _count(value: Any, source: str) -> StepCount | None:
     return StepCount(count, source) if count > 0 else None
 
 
-def run_window(trace: Any, run_dir: str | Path | None, mode: str = "decode", counters: Any = None,
+def run_window(trace: TraceLike, run_dir: str | Path | None, mode: str = "decode", counters: float | None = None,
                step_marker: str | None = None) -> LevelWindow:
     """The window of a run folder for `profiler.window` = `mode` (see the module); a missing run folder
     or manifest reads as `steps`. `counters`: the level's Δdecode_steps, used by `level`."""
@@ -63,7 +68,7 @@ def run_window(trace: Any, run_dir: str | Path | None, mode: str = "decode", cou
     return LevelWindow(decode.window, _count(decode.steps, source), kind, decode.why, decode.prefill_share)
 
 
-def manifest_window(trace: Any, path: str | Path) -> LevelWindow:
+def manifest_window(trace: TraceLike, path: str | Path) -> LevelWindow:
     """`trace summary --manifest PATH` (a run folder or its manifest.json): the decode window and its
     request-record steps where the folder has request records that give one, as a campaign's page
     reads it; else the level window from the manifest's clocks, with no count."""

@@ -39,7 +39,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from perflib.attribution.windows import DEFAULT_STEP_MARKER, Window, dispatches_of, markers_of
+from perflib.attribution.windows import DEFAULT_STEP_MARKER, TraceLike, Window, dispatches_of, markers_of
 from perflib.errors import PerflibError
 
 
@@ -111,7 +111,7 @@ def _outermost(frame: pd.DataFrame) -> pd.DataFrame:
     return frame[~inside]
 
 
-def _launch_times(trace: Any) -> pd.DataFrame | None:
+def _launch_times(trace: TraceLike) -> pd.DataFrame | None:
     """Per dispatch: its start, end, and its launching call's start and thread; None without a join."""
     api = getattr(trace, "api", None)
     dispatches = dispatches_of(trace)
@@ -175,7 +175,7 @@ def _ranges(markers: pd.DataFrame) -> pd.DataFrame:
     return ranges if "tid" in ranges else ranges.assign(tid=-1)
 
 
-def marked_steps(trace: Any, window: Window | None, step_marker: str | None = None,
+def marked_steps(trace: TraceLike, window: Window | None, step_marker: str | None = None,
                  named: str = "step_marker") -> MarkedSteps | None:
     """Steps from the first family (see the module) with a step on the GPU inside the window (any
     window where None); None where no family has one. A `step_marker` that gives no step is a
@@ -220,7 +220,7 @@ NAMES_SHOWN = 6
 """How many of a trace's range names a no-match error lists."""
 
 
-def _no_markers_note(trace: Any) -> str:
+def _no_markers_note(trace: TraceLike) -> str:
     """Why a trace holds no ranges, where its read said (a cut made before perflib kept them, none in the
     cut's window: `meta["markers_note"]`), else ''."""
     meta = getattr(trace, "meta", None) or {}
@@ -249,7 +249,7 @@ def no_match_error(step_marker: str, named: str, ranges: pd.DataFrame | None, wi
                         "it names or not at all (no fall back to other ranges or the dispatch rhythm)")
 
 
-def window_from_step_annotations(trace: Any, step_marker: str | None = None,
+def window_from_step_annotations(trace: TraceLike, step_marker: str | None = None,
                                  named: str = "profiler.step_marker") -> Window:
     """The decode window of a trace-only capture: the span of its step ranges (the first family that
     has any, `marked_steps`), host ranges and their kernels both inside, so set-up and export fall

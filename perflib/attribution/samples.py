@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -33,7 +32,8 @@ import pandas as pd
 from perflib import classes as class_mod
 from perflib.attribution.codes import kernel_codes
 from perflib.attribution.steps import StepCount
-from perflib.attribution.windows import Window, empty_window_error
+from perflib.attribution.windows import TraceLike, Window, empty_window_error
+from perflib.classes import ClassTable
 
 SAMPLE = "sample"
 SYNC, HOST = "sync", "host"
@@ -138,7 +138,7 @@ class SampledWindow:
     split: SampleSplit
 
 
-def split_window(trace: Any, dispatches: pd.DataFrame, window: Window, classes: Any,
+def split_window(trace: TraceLike, dispatches: pd.DataFrame, window: Window, classes: ClassTable | str | None,
                  steps: int | str | StepCount | None) -> SampledWindow:
     """The samples of a window split by role on its decode threads, its compute functions and classes
     (module docstring)."""

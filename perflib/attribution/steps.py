@@ -16,13 +16,12 @@ found them, or a count with no boundaries; marked steps carry their ranges' name
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 
 from perflib.attribution.markers import check_pattern, marked_steps
 from perflib.attribution.rhythm import steps_from_rhythm
-from perflib.attribution.windows import Window
+from perflib.attribution.windows import TraceLike, Window
 
 
 @dataclass(frozen=True)
@@ -56,7 +55,7 @@ def _counted(count: int, method: str) -> StepSplit:
 
 
 def find_steps(
-    trace: Any,
+    trace: TraceLike,
     steps: int | str | StepCount | None,
     codes: np.ndarray,
     names: list[str],

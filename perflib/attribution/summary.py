@@ -23,7 +23,8 @@ from perflib.attribution import phases as phase_mod
 from perflib.attribution import samples as sampled
 from perflib.attribution.codes import kernel_codes, kind_codes
 from perflib.attribution.steps import StepCount, StepSplit, find_steps
-from perflib.attribution.windows import Window, dispatches_of, empty_window_error, trace_span
+from perflib.attribution.windows import TraceLike, Window, dispatches_of, empty_window_error, trace_span
+from perflib.classes import ClassTable
 from perflib.intervals import union_intervals
 
 GAP_BUCKETS: tuple[tuple[str, int, int | None], ...] = (
@@ -317,7 +318,7 @@ def _kernel_tables(
     names: list[str],
     s: np.ndarray,
     e: np.ndarray,
-    classes: Any,
+    classes: ClassTable | str | None,
     per_step: int | None,
     in_steps: np.ndarray | None = None,
     decode: tuple[np.ndarray, np.ndarray, int] | None = None,
@@ -436,9 +437,9 @@ def _per_step_totals(named: Any, step_table: pd.DataFrame, gs: np.ndarray, ge: n
 
 
 def summarize(
-    trace: Any,
+    trace: TraceLike,
     window: Window | None = None,
-    classes: Any = None,
+    classes: ClassTable | str | None = None,
     steps: int | str | StepCount | None = None,
     top: int = 10,
     step_marker: str | None = None,

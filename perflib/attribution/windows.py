@@ -14,7 +14,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 import numpy as np
 import pandas as pd
@@ -30,6 +30,9 @@ from perflib.runs import (
     client_window,
     decode_only,
 )
+
+if TYPE_CHECKING:  # only named: attribution reads a trace it is given, it never reads one itself
+    from perflib.traces import Trace
 
 DECODE_ONLY = "decode-only part"
 """`DecodeWindow.kind` of a decode span's part with no request in prefill (`perflib.runs.decode_only`)."""
@@ -61,12 +64,17 @@ class Window:
         return f"window {self.label!r} [{self.start_ns}, {self.end_ns}) ns ({self.duration_ns / _NS_PER_MS:.3f} ms)"
 
 
-def dispatches_of(trace: Any) -> pd.DataFrame:
+TraceLike: TypeAlias = "Trace | pd.DataFrame"
+"""What attribution reads: a `perflib.traces.Trace`, or its dispatch table alone (a synthetic or hand-made
+frame), which has no API calls, markers, clock or meta and reads as having none."""
+
+
+def dispatches_of(trace: TraceLike) -> pd.DataFrame:
     """The dispatch table of a `Trace`, or the DataFrame itself when given one."""
     return trace if isinstance(trace, pd.DataFrame) else trace.dispatches
 
 
-def markers_of(trace: Any) -> pd.DataFrame | None:
+def markers_of(trace: TraceLike) -> pd.DataFrame | None:
     """The marker table of a `Trace`; None for a bare dispatch table."""
     return None if isinstance(trace, pd.DataFrame) else getattr(trace, "markers", None)
 
@@ -120,7 +128,7 @@ def window_from_step_markers(markers: pd.DataFrame | None, pattern: str = DEFAUL
     return Window(int(hits["start_ns"].min()), int(hits["end_ns"].max()), f"step markers /{pattern}/")
 
 
-def window_from_clocks(trace: Any, clocks: Mapping[str, Mapping[str, int]], label: str = "level") -> Window:
+def window_from_clocks(trace: TraceLike, clocks: Mapping[str, Mapping[str, int]], label: str = "level") -> Window:
     """Window of a sweep level from its manifest `clocks` (`{"start": now_clocks(), "end": now_clocks()}`).
 
     The trace's `clock` picks the reading: `realtime` (Kineto with `baseTimeNanoseconds`) uses only the
@@ -157,7 +165,7 @@ def window_from_clocks(trace: Any, clocks: Mapping[str, Mapping[str, int]], labe
     return best[1]
 
 
-def window_from_manifest(trace: Any, manifest: Mapping[str, Any] | str | Path) -> Window:
+def window_from_manifest(trace: TraceLike, manifest: Mapping[str, Any] | str | Path) -> Window:
     """Window of a run folder's level: the manifest's `clocks` (a parsed manifest, or a run folder or
     manifest file to read), aligned to the trace."""
     if not isinstance(manifest, Mapping):
@@ -184,7 +192,7 @@ class DecodeWindow:
     all-decoding window or a decode-only part; a decode span with too short a decode-only part keeps it."""
 
 
-def decode_window_from_run(trace: Any, run_dir: str | Path) -> DecodeWindow:
+def decode_window_from_run(trace: TraceLike, run_dir: str | Path) -> DecodeWindow:
     """SERVERS.md §5.2: last request's first token → first request's last token, on the trace's clock.
 
     Request times are CLOCK_MONOTONIC; the level clocks in the manifest give the offset to whichever

@@ -21,7 +21,7 @@ import importlib.util
 import sys
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from perflib import derive, load, rundir
 from perflib.campaign import claims, kernels, records
@@ -42,6 +42,9 @@ from perflib.config import ArmSpec, BackendSpec, Campaign, RunSpec
 from perflib.errors import PerflibError, interrupt_text
 from perflib.load import LevelSpec
 from perflib.server import profilers
+
+if TYPE_CHECKING:
+    from perflib.publish import Published
 
 
 @dataclass(frozen=True)
@@ -71,6 +74,8 @@ class CampaignResult:
     """Seconds waited in all for quiet CPUs before redoing contended runs."""
     contention_summary: str = ""
     """One line: the wait, the attempts redone, the runs kept contended ('' where none was contended)."""
+    published: Published | None = None
+    """The page and everything it shows, decided once (`perflib.publish`; None: no page written)."""
 
     @property
     def nothing_done(self) -> bool:
@@ -184,11 +189,11 @@ def run_campaign(campaign: Campaign, data_dir: Path | None = None, reports_dir: 
                         _serve_group(campaign, arm, backend, fresh, data, how, state, ready, held, log)
     finally:
         state.bar.close()
-    tables, page = _page(campaign, data, reports_dir, write_page)
-    failed, partial = _failed_and_partial(campaign, data, state.failed, tables)
-    return CampaignResult(tuple(state.done), tuple(skipped), failed, tuple(state.contended), page,
-                          tuple(state.claimed), partial, _on_disk(tables), _guessed(tables), tuple(orphans),
-                          tuple(cpu.kept), cpu.waited_s, cpu.summary())
+    from perflib.publish import end_run  # late: the verdicts and the page, loaded when a campaign ends
+    end = end_run(campaign, data, reports_dir, state.failed, write_page)  # the page; failures split as it splits them
+    return CampaignResult(tuple(state.done), tuple(skipped), end.failed, tuple(state.contended), end.page,
+                          tuple(state.claimed), end.partial, end.on_disk, end.steps_guessed, tuple(orphans),
+                          tuple(cpu.kept), cpu.waited_s, cpu.summary(), end.published)
 
 
 # --- cluster (issue 29): the runner's one call into `perflib.campaign.cluster`
@@ -197,63 +202,14 @@ def _on_cluster(campaign: Campaign, data: Path, reports_dir: Path | None, write_
     """The groups measured on the Dask workers at `address`, their run folders gathered into `data`, then
     the page written from them as after a run here."""
     from perflib.campaign import cluster as on_cluster  # late: Dask, the optional perflib[cluster]
+    from perflib.publish import end_run  # late: the verdicts and the page, loaded when a campaign ends
 
     got = on_cluster.measure(campaign, data, address, only, options, progress)
-    tables, page = _page(campaign, data, reports_dir, write_page)
-    failed, partial = _failed_and_partial(campaign, data, got.failed, tables)
-    return CampaignResult(tuple(got.done), tuple(got.skipped), failed, tuple(got.contended), page, tuple(got.claimed),
-                          partial, _on_disk(tables), _guessed(tables), (), tuple(got.kept_contended))
+    end = end_run(campaign, data, reports_dir, got.failed, write_page)
+    return CampaignResult(tuple(got.done), tuple(got.skipped), end.failed, tuple(got.contended), end.page,
+                          tuple(got.claimed), end.partial, end.on_disk, end.steps_guessed, (), tuple(got.kept_contended),
+                          published=end.published)
 # --- end cluster
-
-
-def _page(campaign: Campaign, data: Path, reports_dir: Path | None, write_page: bool) -> tuple[Any, Path | None]:
-    """The derived tables and the page, written from the run folders in `data` ((None, None): no page)."""
-    if not write_page:
-        return None, None
-    from perflib import pageinputs, report  # matplotlib, jinja2: only for the page
-
-    tables = derive.build_and_write(campaign, data)
-    return tables, report.write_report(campaign, tables, pageinputs.build_and_write(campaign, data, reports_dir))
-
-
-def _failed_and_partial(campaign: Campaign, data: Path, failures: list[tuple[str, str]],
-                        tables: Any) -> tuple[tuple[tuple[str, str], ...], tuple[tuple[str, str], ...]]:
-    """This invocation's failures split as the page splits them: a run whose folder is incomplete failed;
-    one that is complete but whose capture, cut or profile failed is partial, its counters used. With
-    the derived tables, every run the page names under Trace lost is partial too, with the page's why."""
-    runs = {r.label: r for r in campaign.expand()}
-    failed, partial = [], {}
-    for label, error in failures:
-        run = runs.get(label)
-        if run is not None and rundir.is_complete(run.run_dir(data)):
-            partial.setdefault(label, error)
-        else:
-            failed.append((label, error))
-    frame = getattr(tables, "runs", None)
-    if frame is not None and len(frame) and "trace_loss" in frame.columns:
-        for row in frame.itertuples(index=False):
-            loss = row.trace_loss if isinstance(row.trace_loss, str) else ""
-            if loss.strip() and str(row.status) == "complete":
-                label = RunSpec(campaign.name, str(row.arm), str(row.backend), int(row.batch), int(row.context),
-                                int(row.repeat), campaign.decode_tokens).label
-                partial[label] = loss
-    return tuple(failed), tuple(sorted(partial.items()))
-
-
-def _on_disk(tables: Any) -> tuple[int, int] | None:
-    frame = getattr(tables, "runs", None)
-    if frame is None:
-        return None
-    return int((frame["status"].astype(str) == "complete").sum()) if len(frame) else 0, len(frame)
-
-
-def _guessed(tables: Any) -> tuple[str, ...]:
-    frame = getattr(tables, "trace_runs", None)
-    if frame is None or not len(frame) or "steps_guessed" not in frame.columns:
-        return ()
-    guessed = frame[frame["steps_guessed"].map(lambda v: str(v).lower() in ("true", "1"))]
-    return tuple(f"{r.arm}/{r.backend}/b{int(r.batch)}_c{int(r.context)}_r{int(r.repeat)}"
-                 for r in guessed.itertuples(index=False))
 
 
 def _say(message: str) -> None:

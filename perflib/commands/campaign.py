@@ -206,7 +206,7 @@ def run(args: argparse.Namespace) -> int:
                           "orphans_stopped": list(result.orphans), "nothing_done": result.nothing_done,
                           "contended": list(result.contended), "kept_contended": list(result.kept_contended),
                           "contention_wait_s": round(result.contention_wait_s, 1), "page": str(result.page) if result.page else None,
-                          "answer": _answer(campaign) if result.page else None}))
+                          "answer": result.published.answer if result.published else None}))
     else:
         print(f"campaign {campaign.name}: {len(result.done)} runs measured, {len(result.skipped)} skipped "
               f"(complete), {len(result.failed)} failed, {len(result.partial)} partial (complete, trace lost or "
@@ -238,63 +238,33 @@ def run(args: argparse.Namespace) -> int:
 
 def report(args: argparse.Namespace) -> int:
     # late: the tables and the page (pandas, matplotlib, jinja2) load when it runs, not at `perflib --help`
-    from perflib import derive, pageinputs
     from perflib.campaign import export_notebook
-    from perflib.report import write_report
+    from perflib.publish import publish
     from perflib.report.sections import loss_lines
-    from perflib.verdicts import answer_dict
 
     campaign = _load(args)
-    tables = derive.build_and_write(campaign)
-    page = write_report(campaign, tables, pageinputs.build_and_write(campaign), date=args.date)
+    published = publish(campaign, date=args.date)
     exported = export_notebook(campaign) if args.notebook_export else None
-    state = _run_states(campaign, tables)
-    answer = answer_dict(campaign, tables)
+    runs = published.runs
     if args.json:
-        print(json.dumps({"campaign": campaign.name, "page": str(page), **state,
+        print(json.dumps({"campaign": campaign.name, "page": str(published.page), **runs.to_dict(),
                           "derived": str(campaign.derived_dir()), "notebook_export": str(exported) if exported else None,
-                          "answer": answer}))
+                          "answer": published.answer}))
     else:
         print(f"derived: {campaign.derived_dir()}")
-        for entry in answer["candidates"]:  # the page's first screen: each candidate across levels
+        for entry in published.answer["candidates"]:  # the page's first screen: each candidate across levels
             print(f"  {entry['label']}: {entry['answer']}")
-        print(f"runs: {state['runs_complete']} complete of {state['runs_total']}, {len(state['failed'])} failed, "
-              f"{len(state['partial'])} partial (trace lost or cut short)")
-        for line in loss_lines(tables.runs):  # the page's first screen, word for word
+        print(f"runs: {runs.complete} complete of {runs.total}, {len(runs.failed)} failed, "
+              f"{len(runs.partial)} partial (trace lost or cut short)")
+        for line in loss_lines(published.tables.runs):  # the page's first screen, word for word
             print(f"  {_plain(line[2:])}")
-        print(f"page: {page}")
+        print(f"page: {published.page}")
         if exported:
             print(f"notebook export: {exported}")
     return 0
-
-
-def _answer(campaign) -> dict:  # noqa: ANN001 - Campaign (imported lazily)
-    """The page's answer as data (`perflib.verdicts.answer_dict`), from the derived tables the run wrote."""
-    # late: the tables and verdicts (pandas) load when a command runs, not at `perflib --help`
-    from perflib import derive
-    from perflib.verdicts import answer_dict
-
-    return answer_dict(campaign, derive.read(campaign.derived_dir()))
 
 
 def _plain(markdown: str) -> str:
     """A line of the page as terminal text: no bold, no backslash escapes, no HTML entities."""
     return html.unescape(re.sub(r"\\([\\_*\[\]|`#])", r"\1", markdown.replace("**", "")))
 
-
-def _run_states(campaign, tables) -> dict:  # noqa: ANN001 - Campaign, DerivedTables (imported lazily)
-    """The page's counts of the runs: complete, failed (incomplete) and partial (trace lost), and the
-    traced runs whose steps are the dispatch rhythm's guess."""
-    runs = tables.runs
-    label = [f"{r.arm}/{r.backend}/b{int(r.batch)}_c{int(r.context)}_r{int(r.repeat)}"
-             for r in runs.itertuples(index=False)] if len(runs) else []
-    status = list(runs["status"].astype(str)) if len(runs) else []
-    loss = [t if isinstance(t, str) else "" for t in runs["trace_loss"]] if len(runs) else []
-    tr = tables.trace_runs
-    guessed = [f"{r.arm}/{r.backend}/b{int(r.batch)}_c{int(r.context)}_r{int(r.repeat)}"
-               for r in tr.itertuples(index=False) if str(getattr(r, "steps_guessed", "")).lower() in ("true", "1")]
-    return {"runs_complete": status.count("complete"), "runs_total": len(status),
-            "failed": [lab for lab, st in zip(label, status, strict=True) if st != "complete"],
-            "partial": [{"run": lab, "why": why.strip()} for lab, st, why in zip(label, status, loss, strict=True)
-                        if st == "complete" and why.strip()],
-            "steps_guessed": guessed}

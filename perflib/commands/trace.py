@@ -5,9 +5,16 @@ from __future__ import annotations
 
 import argparse
 import json
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from perflib.cli import float_arg, int_arg
 from perflib.errors import PerflibError
+
+if TYPE_CHECKING:  # named only: pandas and the readers load when a command runs, not at `perflib --help`
+    from perflib.attribution import HostGaps, StepCount, TraceSummary, Window
+    from perflib.cut import Cut
+    from perflib.traces import Prefetched, Trace
 
 SUMMARY_FIGURES = """\
 what it prints (--json: the same figures under keys named with their unit, e.g. busy_ms,
@@ -126,8 +133,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     c.set_defaults(func=run_cut)
 
 
-def _read(path: str, pre: object):  # -> Trace; pre: what traces.start_prefetch gave
-    """The trace, from the prefetch where it delivered (Kineto columns from the child, CSV columns from
+def _read(path: str, pre: Prefetched | None) -> Trace:
+    """The trace, from the prefetch (`pre`: what `traces.start_prefetch` gave) where it delivered (Kineto columns from the child, CSV columns from
     the thread), else the lean read (`ReadMode.LEAN`: the dispatch columns a summary uses, memory bounded
     by the dispatches, not the file; the same figures to the ns), which also gives the precise error for
     a bad file. Both give the same lean Trace."""
@@ -137,7 +144,7 @@ def _read(path: str, pre: object):  # -> Trace; pre: what traces.start_prefetch 
     return trace if trace is not None else read_trace(path, ReadMode.LEAN)
 
 
-def _window(args: argparse.Namespace, trace: object):  # -> tuple[Window | None, StepCount | None]
+def _window(args: argparse.Namespace, trace: Trace) -> tuple[Window | None, StepCount | None]:
     """The window asked for, and the steps counted for it outside the trace (`--manifest` only)."""
     from perflib import attribution  # loaded by now (run_summary): here it keeps pandas out of `--help`
 
@@ -234,7 +241,7 @@ def run_cut(args: argparse.Namespace) -> int:
     return 1 if any(c.empty or c.refused for c in cuts) else 0
 
 
-def _cut_line(c) -> str:  # noqa: ANN001 - perflib.cut.Cut (imported lazily)
+def _cut_line(c: Cut) -> str:
     """One run folder's line of `trace cut`: what was written, or why the folder was kept or skipped."""
     if c.status == "kept":
         return f"{c.run_dir}: {c.note}"
@@ -250,7 +257,7 @@ def _f(x: float | None, fmt: str = "{:.3f}", unit: str = "") -> str:
     return "n/a" if x is None else fmt.format(x) + unit
 
 
-def _split_lines(split, steps: int | None) -> list[str]:  # noqa: ANN001 - HostGaps (imported lazily)
+def _split_lines(split: HostGaps, steps: int | None) -> list[str]:
     """What fills the host gaps: a table of the four parts, or the line saying why it is not measured."""
     from tabulate import tabulate  # late: as format_summary's
 
@@ -289,7 +296,7 @@ def _split_lines(split, steps: int | None) -> list[str]:  # noqa: ANN001 - HostG
     return lines
 
 
-def _phase_lines(s, tabulate) -> list[str]:  # noqa: ANN001 - TraceSummary, tabulate (imported lazily by the caller)
+def _phase_lines(s: TraceSummary, tabulate: Callable[..., str]) -> list[str]:
     """The 'steps by phase' table and its note, or nothing where no step has a phase."""
     if not len(s.phases):
         return []
@@ -306,7 +313,7 @@ def _phase_lines(s, tabulate) -> list[str]:  # noqa: ANN001 - TraceSummary, tabu
     return lines
 
 
-def format_summary(summary, trace, split=None) -> str:  # noqa: ANN001 - TraceSummary, Trace, HostGaps (imported lazily)
+def format_summary(summary: TraceSummary, trace: Trace, split: HostGaps | None = None) -> str:
     """The readable report: headline figures, gap buckets, largest gaps, what fills the gaps (`split`,
     `perflib.attribution.host_gaps`), steps, kernels (or CPU operators, or sampled functions), classes."""
     # late: tabulate (21 ms) only for the printed table, not --json; classes is loaded by now (run_summary)
@@ -355,7 +362,8 @@ def format_summary(summary, trace, split=None) -> str:  # noqa: ANN001 - TraceSu
     return "\n".join(lines + _class_lines(s, words, tabulate, base_name))
 
 
-def _class_lines(s, words, tabulate, base_name) -> list[str]:  # noqa: ANN001 - TraceSummary and late imports
+def _class_lines(s: TraceSummary, words: dict[str, str], tabulate: Callable[..., str],
+                 base_name: Callable[[str], str]) -> list[str]:
     """The class table and the top kernels (operators, sampled functions), with the decode steps' own ms per
     step beside where the engine names its steps' phases."""
     phased = bool(len(s.phases))
@@ -363,7 +371,7 @@ def _class_lines(s, words, tabulate, base_name) -> list[str]:  # noqa: ANN001 - 
     decode = ["decode ms/step"] if phased else []
     share = f"% {words['unit']} {'samples' if s.sampling else 'time'}"
 
-    def figures(r) -> list[str]:  # noqa: ANN001 - a row of the class or kernel table
+    def figures(r: Any) -> list[str]:  # Any: a row of the class or kernel table (`itertuples`' namedtuple)
         cells = [f"{r.time_ms:.3f}", r.count, _f(None if r.ms_per_step != r.ms_per_step else r.ms_per_step)]
         return cells + ([_f(None if r.decode_ms_per_step != r.decode_ms_per_step else r.decode_ms_per_step)]
                         if phased else []) + [f"{100 * r.share:.1f}"]

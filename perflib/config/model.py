@@ -322,7 +322,14 @@ class RunSpec:
 
     @property
     def label(self) -> str:
-        return f"{self.arm}/{self.backend}/{self.folder}"
+        """`arm/backend/b<batch>_c<context>_r<repeat>`: how a run is named in every message, table and page."""
+        return self.label_of(self)
+
+    @staticmethod
+    def label_of(keys: Any) -> str:
+        """The `label` of anything holding a run's keys as attributes (`arm`, `backend`, `batch`, `context`,
+        `repeat`): a RunSpec, or a row of a derived table (`itertuples`), whose numbers may be numpy's."""
+        return f"{keys.arm}/{keys.backend}/{rundir.run_name(int(keys.batch), int(keys.context), int(keys.repeat))}"
 
     def run_dir(self, data_dir: Path) -> Path:
         return rundir.campaign_run_dir(data_dir, self.campaign, self.arm, self.backend, self.batch, self.context,

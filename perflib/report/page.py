@@ -1,9 +1,10 @@
 """The results page: the derived tables, verdicts and figures rendered to Markdown with jinja2.
 
-It renders data and reads no file: the six derived tables (`perflib.derive`) and the page's other
-inputs (`perflib.pageinputs`: run folders, environment, references, question, notes, see-also, the
-reports folder's pages) are resolved before `write_report` is called, which only writes the page and
-its PNGs (tests/test_architecture.py checks that no read creeps in).
+It renders data, reads no file and decides nothing: the six derived tables (`perflib.derive`), the page's
+other inputs (`perflib.pageinputs`: run folders, environment, references, question, notes, see-also, the
+reports folder's pages) and the verdicts, gates and checks decided over them once (`perflib.verdicts.Decisions`)
+are resolved before `write_report` is called (`perflib.publish`), which only writes the page and its PNGs
+(tests/test_architecture.py checks that no read creeps in).
 
 Everything is deterministic so `perflib campaign report` rebuilds the same bytes: rows are
 sorted, numbers have fixed formats, PNGs carry no software/date metadata, and the page date
@@ -24,7 +25,7 @@ import pandas as pd
 
 from perflib import atomic, checks, metrics, rundir
 from perflib import verdicts as v
-from perflib.config import Campaign
+from perflib.config import Campaign, RunSpec
 from perflib.derive import DerivedTables
 from perflib.errors import PerflibError
 from perflib.pageinputs import DERIVED_NOTE, PageInputs, device_lines, ran_on
@@ -116,7 +117,7 @@ def raw_links(inputs: PageInputs, page_dir: Path) -> list[dict[str, str]]:
         links.append({"label": f"{f.arm}/{f.backend}/{f.run}", "href": _rel(f.path, page_dir) + "/",
                       "status": f.status, "errors": f.errors})
     for t in inputs.trace_files.itertuples(index=False):
-        label = f"{t.arm}/{t.backend}/{rundir.run_name(t.batch, t.context, t.repeat)}"
+        label = RunSpec.label_of(t)
         if not isinstance(t.path, str | Path):
             links.append({"label": label, "href": "", "status": "no trace file", "errors": ""})
             continue
@@ -221,30 +222,24 @@ def see_also_section(inputs: PageInputs) -> str:
     return mdt.join("## See also", "\n".join(items)) if items else ""
 
 
-def summary_markdown(campaign: Campaign, tables: DerivedTables, question: str, sections: Sequence[str] = ()) -> str:
+def summary_markdown(campaign: Campaign, tables: DerivedTables, decisions: v.Decisions, question: str,
+                     sections: Sequence[str] = ()) -> str:
     """The page's opening summary on its own (a notebook shows it; the page links `sections`), opened by
-    `question` (`perflib.config.opening_question`)."""
-    ctx = v.Context.of(campaign)
-    verdict_list = v.evaluate(campaign.candidates, tables, ctx)
-    gates = [g for gate in campaign.gates for g in v.evaluate_gate(gate, tables, ctx)]
-    level_checks = checks.level_checks(tables.runs, tables.trace_runs)
-    headline = ev.before_after(tables, campaign, [a.name for a in campaign.compared_arms], gates, None)[1]
-    return sec.summary(question, verdict_list, headline, gates, level_checks, sections, tables.runs,
-                       tables.trace_runs, ctx)
+    `question` (`perflib.config.opening_question`), from the campaign's `decisions`."""
+    headline = ev.before_after(tables, campaign, [a.name for a in campaign.compared_arms], decisions.gates, None)[1]
+    return sec.summary(question, decisions, headline, sections, tables.runs, tables.trace_runs)
 
 
-def build_page_data(campaign: Campaign, tables: DerivedTables, inputs: PageInputs, date: str,
+def build_page_data(campaign: Campaign, tables: DerivedTables, inputs: PageInputs, decisions: v.Decisions, date: str,
                     figures: dict[str, dict[str, str]]) -> dict[str, Any]:
-    """Long: everything the template shows: the head, the summary and the sections in order."""
-    ctx = v.Context.of(campaign)
-    verdict_list = v.evaluate(campaign.candidates, tables, ctx)
-    gates = [g for gate in campaign.gates for g in v.evaluate_gate(gate, tables, ctx)]
+    """Long: everything the template shows: the head, the summary and the sections in order, the verdicts,
+    gates and checks as `decisions` decided them."""
     arms = [a.name for a in campaign.compared_arms]
-    level_checks = checks.level_checks(tables.runs, tables.trace_runs)
-    before_after, headline = ev.before_after(tables, campaign, arms, gates, figures.get("before_after"))
+    level_checks = decisions.level_checks
+    before_after, headline = ev.before_after(tables, campaign, arms, decisions.gates, figures.get("before_after"))
     notes = _notes(tables, inputs)
     parts = {
-        "Verdicts": sec.verdict_section(verdict_list, ctx),
+        "Verdicts": sec.verdict_section(decisions.verdicts, decisions.context),
         "Before / after": before_after,
         "Per level": ev.per_level(tables, level_checks, occupancy_caption(campaign, tables),
                                   _absent_line(campaign, tables), figures.get("batch_scaling")),
@@ -264,8 +259,7 @@ def build_page_data(campaign: Campaign, tables: DerivedTables, inputs: PageInput
         **_header(campaign, inputs, date, tables),
         # the campaign's own question opens the page, above its description; a description opens it itself
         "question": f"**Question.** {escape_md(question)}" if question and source != "description" else "",
-        "summary": sec.summary("", verdict_list, headline, gates, level_checks, present, tables.runs,
-                               tables.trace_runs, ctx),
+        "summary": sec.summary("", decisions, headline, present, tables.runs, tables.trace_runs),
         "sections": [parts[name] for name in present] + [see_also_section(inputs)],
     }
 
@@ -329,9 +323,11 @@ def render(data: dict[str, Any]) -> str:
     return re.sub(r"\n{3,}", "\n\n", text)
 
 
-def write_report(campaign: Campaign, tables: DerivedTables, inputs: PageInputs, date: str | None = None) -> Path:
-    """Draw the figures and write `<reports>/<campaign>-<date>.md` from the derived tables and the page's
-    inputs (`perflib.derive.build_and_write`, `perflib.pageinputs.build_and_write`): nothing is read here."""
+def write_report(campaign: Campaign, tables: DerivedTables, inputs: PageInputs, decisions: v.Decisions,
+                 date: str | None = None) -> Path:
+    """Draw the figures and write `<reports>/<campaign>-<date>.md` from the derived tables, the page's inputs
+    and what was decided over them (`perflib.publish`: `perflib.derive`, `perflib.pageinputs`,
+    `perflib.verdicts.Decisions`): nothing is read or decided here."""
     reports = Path(inputs.reports_dir)
     date = date or (page_date(inputs) if len(inputs.folders) else (trace_date(tables) or "undated"))
     stem = page_stem(campaign, inputs, date)
@@ -352,7 +348,7 @@ def write_report(campaign: Campaign, tables: DerivedTables, inputs: PageInputs, 
             continue
         fig.save_figure(plot, path)
         figures[name] = {"path": f"{stem}/{path.name}", "alt": escape_md(plot.alt)}
-    text = render(build_page_data(campaign, tables, inputs, date, figures))
+    text = render(build_page_data(campaign, tables, inputs, decisions, date, figures))
     page = reports / f"{stem}.md"
     atomic.write_atomic(page, text)  # another host may be reading it
     return page

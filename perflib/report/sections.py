@@ -21,6 +21,7 @@ import pandas as pd
 
 from perflib import verdicts as v
 from perflib.attribution import DECODE_ONLY
+from perflib.config import RunSpec
 from perflib.report.markdown import Column, details, join, table
 from perflib.report.text import escape_md, fmt
 from perflib.runs import MIN_DECODE_ONLY_STEPS
@@ -71,14 +72,14 @@ def _bold_outcomes(line: str) -> str:
     return "; ".join(parts)
 
 
-def summary(question: str, verdicts: Sequence[v.Verdict], headline: Sequence[str], gates: Sequence[v.GateResult],
-            level_checks: pd.DataFrame, sections: Sequence[str], runs: pd.DataFrame | None = None,
-            trace_runs: pd.DataFrame | None = None, ctx: v.Context | None = None) -> str:
+def summary(question: str, decisions: v.Decisions, headline: Sequence[str], sections: Sequence[str],
+            runs: pd.DataFrame | None = None, trace_runs: pd.DataFrame | None = None) -> str:
     """Long: the page's opening: the question, each candidate's answer across levels (the question's levels
     first), before/after per pair and gates, what was not measured, which decode window was used where it
-    was not the client's, what was lost (`loss_lines` of `runs`), the checks, and the links to the sections."""
-    ctx = ctx or v.Context(arms=(), backends=(), batches=(), contexts=())
-    text, _ = table(verdict_rows(v.answers(verdicts, ctx)),
+    was not the client's, what was lost (`loss_lines` of `runs`), the checks, and the links to the sections;
+    everything decided is `decisions`' (`perflib.verdicts.Decisions`), nothing is decided here."""
+    verdicts, gates, ctx = decisions.verdicts, decisions.gates, decisions.context
+    text, _ = table(verdict_rows(decisions.answers),
                     [Column("cause", "cause", keep=True), Column("answer", "answer per level (deciding numbers, "
                                                                            "threshold)")])
     lines = [f"**Question.** {escape_md(question)}" if question else "",
@@ -90,7 +91,7 @@ def summary(question: str, verdicts: Sequence[v.Verdict], headline: Sequence[str
     bullets += not_measured_lines(verdicts, ctx)
     bullets += window_lines(runs, trace_runs)
     bullets += loss_lines(runs, trace_runs)
-    bullets.append("- **Checks.** " + _checks_line(level_checks))
+    bullets.append("- **Checks.** " + _checks_line(decisions.level_checks))
     links = " · ".join(f"[{s}](#{anchor(s)})" for s in sections)
     return join(*lines, "\n".join(bullets), f"Sections: {links}" if links else "")
 
@@ -205,7 +206,7 @@ def _errors(value: Any) -> str:
 
 
 def _label(row: Any) -> str:
-    return escape_md(f"{row.arm}/{row.backend}/b{int(row.batch)}_c{int(row.context)}_r{int(row.repeat)}")
+    return escape_md(RunSpec.label_of(row))
 
 
 def _some(items: list[str]) -> str:

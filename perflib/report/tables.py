@@ -14,7 +14,7 @@ import pandas as pd
 
 from perflib import checks
 from perflib.attribution import HOST_GAP_PARTS, WORK_GPU, WORK_WORDS
-from perflib.config import Campaign
+from perflib.config import Campaign, RunSpec
 from perflib.derive import GAP_ORDER, DerivedTables
 from perflib.pageinputs import Reference
 from perflib.verdicts import compare, floor_ms
@@ -540,7 +540,7 @@ def counter_problems(tables: DerivedTables) -> list[str]:
     if runs is None or not len(runs) or "metrics_problem" not in runs.columns:
         return []
     bad = runs[checks.text(runs["metrics_problem"]) != ""]
-    return [f"{r.arm}/{r.backend}/b{r.batch}_c{r.context}_r{r.repeat}: {r.metrics_problem}"
+    return [f"{RunSpec.label_of(r)}: {r.metrics_problem}"
             for r in bad.itertuples(index=False)]
 
 

@@ -45,9 +45,9 @@ from perflib.traces.parquet import (
     write_side_parquet,
     write_trace_parquet,
 )
-from perflib.traces.prefetch import start_prefetch
+from perflib.traces.prefetch import Prefetched, start_prefetch
 from perflib.traces.trace import ReadMode, Trace
 
-__all__ = ["FORMATS", "ReadMode", "Trace", "TraceFormat", "api_path", "companion_files", "detect_format", "file_meta",
+__all__ = ["FORMATS", "Prefetched", "ReadMode", "Trace", "TraceFormat", "api_path", "companion_files", "detect_format", "file_meta",
            "host_start", "markers_path", "read_csv_table", "read_stats", "read_trace", "start_prefetch", "write_api_parquet",
            "write_side_parquet", "write_trace_parquet"]

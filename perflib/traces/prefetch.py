@@ -200,7 +200,11 @@ def start_csv(path: str | Path, min_bytes: int | None = None) -> ArrowCSV | None
     return ArrowCSV(path, header)
 
 
-def start_prefetch(path: str | Path) -> Prefetch | ArrowCSV | None:
+Prefetched = Prefetch | ArrowCSV
+"""A read under way (`start_prefetch`): its `trace()` is the lean Trace, or None (read it the normal way)."""
+
+
+def start_prefetch(path: str | Path) -> Prefetched | None:
     """A large Kineto file parsed in a forked child (`start`), else a large kernel_trace.csv in a thread
     (`start_csv`), else None (read it the normal way). Call it before importing pandas; then `trace()`
     is the lean Trace or None."""

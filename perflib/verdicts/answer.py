@@ -5,7 +5,8 @@
 allow (a context whose every decided batch shares the outcome is named alone; an arm is named only where
 the arms disagree at a level), with the range of the deciding numbers and the threshold. The page's first
 screen shows these lines; `perflib campaign report --json` carries them with every per-level verdict,
-the pairs of arms compared, the before/after changes with their intervals and the gates (`answer_dict`).
+the pairs of arms compared, the before/after changes with their intervals and the gates
+(`perflib.verdicts.decisions.answer_dict`).
 """
 
 from __future__ import annotations
@@ -14,19 +15,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from perflib.config import Campaign, context_label
-from perflib.derive import DerivedTables
-from perflib.verdicts import compare
-from perflib.verdicts.evaluate import (
-    INCONCLUSIVE,
-    NOT_MEASURED,
-    OUTCOMES,
-    PREFILL_IN_WINDOW,
-    GateResult,
-    Verdict,
-    evaluate,
-    evaluate_gate,
-)
+from perflib.config import context_label
+from perflib.verdicts.evaluate import INCONCLUSIVE, NOT_MEASURED, OUTCOMES, PREFILL_IN_WINDOW, Verdict
 from perflib.verdicts.measures import MEASUREMENTS
 from perflib.verdicts.scopes import Context
 
@@ -183,23 +173,3 @@ def answers(verdicts: Sequence[Verdict], ctx: Context) -> list[Answer]:
         out.append(Answer(group[0].candidate, group[0].label, group[0].question, answer_line(group, ctx),
                           tuple(ordered)))
     return out
-
-
-def answer_dict(campaign: Campaign, tables: DerivedTables, verdicts: Sequence[Verdict] | None = None,
-                gates: Sequence[GateResult] | None = None) -> dict[str, Any]:
-    """The campaign's answer as JSON-ready data: the question and the levels it names, each candidate's line
-    with its per-level verdicts, the pairs of arms compared and their before/after changes per level (with
-    95% intervals), and the gates."""
-    ctx = Context.of(campaign)
-    verdicts = list(verdicts) if verdicts is not None else evaluate(campaign.candidates, tables, ctx)
-    gates = list(gates) if gates is not None else [g for gate in campaign.gates
-                                                   for g in evaluate_gate(gate, tables, ctx)]
-    pairs = list(campaign.comparisons)
-    return {
-        "question": campaign.question or None,
-        "question_levels": {"contexts": list(ctx.question_contexts), "batches": list(ctx.question_batches)},
-        "candidates": [a.to_dict() for a in answers(verdicts, ctx)],
-        "pairs": [{"baseline": b, "arm": a, "name": f"{a} vs {b}"} for b, a in pairs],
-        "comparisons": compare.comparisons(tables.runs, pairs),
-        "gates": [g.to_dict() for g in gates],
-    }

@@ -12,6 +12,7 @@ limit; else it is undecided and says how many repeats would decide it.
 from __future__ import annotations
 
 import difflib
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -23,7 +24,8 @@ from perflib.derive import DerivedTables
 from perflib.errors import InputError
 from perflib.runs import RUNS_COLUMNS
 from perflib.verdicts import compare
-from perflib.verdicts.measures import MEASUREMENTS, Scope, higher_is_better, trace_scope, window_prefill
+from perflib.verdicts.measures import MEASUREMENTS, Scope, trace_scope, window_prefill
+from perflib.verdicts.runmeasures import higher_is_better
 from perflib.verdicts.scopes import Context, scopes
 
 CONFIRMED, RULED_OUT, INCONCLUSIVE, NOT_MEASURED = "confirmed", "ruled out", "inconclusive", "not measured"
@@ -170,10 +172,12 @@ def _where(scope: Scope) -> dict[str, Any]:
             "baseline": scope.baseline, "trace_from": scope.trace_from}
 
 
-def evaluate(candidates: Any, tables: DerivedTables, ctx: Context) -> list[Verdict]:
-    """Verdicts of all candidates, in the campaign's order."""
+def evaluate(candidates: Sequence[CandidateSpec], tables: DerivedTables, ctx: Context,
+             level_checks: pd.DataFrame | None = None) -> list[Verdict]:
+    """Verdicts of all candidates, in the campaign's order; `level_checks` where they were made already."""
     out: list[Verdict] = []
-    level_checks = checks.level_checks(tables.runs, tables.trace_runs)
+    if level_checks is None:
+        level_checks = checks.level_checks(tables.runs, tables.trace_runs)
     for cand in candidates:
         out.extend(evaluate_candidate(cand, tables, ctx, level_checks))
     return out

@@ -80,8 +80,10 @@ def test_write_report_refuses_an_unsafe_date_given_in_code(tmp_path):
     from perflib.errors import PerflibError
     from perflib.pageinputs import PageInputs
     from perflib.report.page import write_report
+    from perflib.verdicts import Decisions
 
     campaign = replace_data_dir(load_campaign(DATA / "campaign-sample" / "campaign.yaml"), None, tmp_path / "r")
     with pytest.raises(PerflibError, match="page date name"):
-        write_report(campaign, DerivedTables(), PageInputs(campaign.data_dir, campaign.reports_dir), date="../../x")
+        write_report(campaign, DerivedTables(), PageInputs(campaign.data_dir, campaign.reports_dir),
+                     Decisions.of(campaign, DerivedTables()), date="../../x")
     assert not any(tmp_path.rglob("*.md")) and not (tmp_path / "x.md").exists()

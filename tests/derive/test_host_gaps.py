@@ -27,7 +27,7 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> tuple[derive.DerivedTable
     tmp = tmp_path_factory.mktemp("h200-pytorch")
     shutil.copytree(REPO / "data" / "raw" / "h200-pytorch", tmp / "data" / "raw" / "h200-pytorch")
     campaign = replace_data_dir(load_campaign(REPO / "campaigns" / "h200-pytorch.yaml"), tmp / "data", None)
-    tables = derive.build_and_write(campaign)
+    tables = derive.rebuild(campaign)
     return tables, campaign.derived_dir()
 
 

@@ -16,6 +16,8 @@ from support import DATA
 from perflib import derive, pageinputs, report
 from perflib.campaign import load_campaign
 from perflib.errors import InputError
+from perflib.publish import publish
+from perflib.verdicts import Decisions
 
 SAMPLE = DATA / "campaign-sample"
 
@@ -47,7 +49,7 @@ def rich(tmp_path) -> Path:
 
 
 def _page(campaign, tables, inputs) -> str:
-    return report.write_report(campaign, tables, inputs).read_text()
+    return report.write_report(campaign, tables, inputs, Decisions.of(campaign, tables)).read_text()
 
 
 def test_every_input_is_resolved_and_shown(rich):
@@ -65,7 +67,7 @@ def test_every_input_is_resolved_and_shown(rich):
     assert len(ref.runs) == 8
     assert inputs.see_also == (("other-*.md", "other-2026-01-02.md"), ("not-yet-*.md", ""),
                                ("https://example.org/page", "https://example.org/page"))
-    body = _page(campaign, derive.build_and_write(campaign), inputs)
+    body = _page(campaign, derive.rebuild(campaign), inputs)
     ratio = body.split("## Cross-backend reference ratio")[1].split("\n## ")[0]
     (own,) = [ln for ln in ratio.splitlines() if ln.startswith("| cpu | this campaign |")]
     (copy,) = [ln for ln in ratio.splitlines() if ln.startswith("| cpu | the reference copy |")]
@@ -80,9 +82,7 @@ def test_the_page_is_drawn_from_data_derived_alone(rich, tmp_path):
     """What `perflib campaign report` writes in data/derived/<campaign>/ is all a page needs: read back,
     it draws the same bytes, and the raw data is not needed any more."""
     campaign = load_campaign(rich)
-    tables = derive.build_and_write(campaign)
-    inputs = pageinputs.build_and_write(campaign)
-    first = report.write_report(campaign, tables, inputs)
+    first = publish(campaign).page
     written = first.read_bytes()
     out = campaign.derived_dir()
     assert {p.name for p in out.iterdir()} >= {"folders.csv", "trace_files.csv", "environment.csv",
@@ -93,7 +93,8 @@ def test_the_page_is_drawn_from_data_derived_alone(rich, tmp_path):
     again = pageinputs.read(moved / "derived" / "sample")
     assert again.data_dir == moved and len(again.references[0].runs) == 8
     first.unlink()
-    page = report.write_report(campaign, derive.read(out), pageinputs.read(out))
+    tables = derive.read(out)
+    page = report.write_report(campaign, tables, pageinputs.read(out), Decisions.of(campaign, tables))
     assert page == first and page.read_bytes() == written
 
 
@@ -169,9 +170,10 @@ def test_drawing_the_page_opens_no_file_of_the_project(rich):
     opened for reading or listed."""
     campaign = load_campaign(rich)
     tables, inputs = derive.build(campaign), pageinputs.build(campaign)
+    decisions = Decisions.of(campaign, tables)
     _Opened.start(rich.parent.parent)
     try:
-        page = report.write_report(campaign, tables, inputs)
+        page = report.write_report(campaign, tables, inputs, decisions)
     finally:
         seen = _Opened.stop()
     assert page.is_file() and seen == []

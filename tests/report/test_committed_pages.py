@@ -12,6 +12,7 @@ from support import REPO
 from perflib import derive, pageinputs, report
 from perflib.campaign import load_campaign
 from perflib.cli import main
+from perflib.verdicts import Decisions
 
 
 def _without_date(text: str) -> str:
@@ -43,6 +44,6 @@ def test_committed_page_rebuilds_from_raw_data(campaign, tmp_path, capsys):
     rebuilt[0].unlink()
     derived = tmp_path / "data" / "derived" / campaign
     shutil.rmtree(tmp_path / "data" / "raw")
-    again = report.write_report(load_campaign(REPO / "campaigns" / f"{campaign}.yaml"), derive.read(derived),
-                                pageinputs.read(derived))
+    spec, tables = load_campaign(REPO / "campaigns" / f"{campaign}.yaml"), derive.read(derived)
+    again = report.write_report(spec, tables, pageinputs.read(derived), Decisions.of(spec, tables))
     assert again == rebuilt[0] and again.read_bytes() == written

@@ -48,15 +48,14 @@ def built(tmp_path_factory) -> tuple[str, pd.DataFrame]:
     """The page's first screen and runs.csv, rebuilt from a copy of the committed raw data."""
     import shutil
 
-    from perflib import derive, pageinputs, report
     from perflib.campaign import load_campaign
+    from perflib.publish import publish
 
     root = tmp_path_factory.mktemp("fa")
     shutil.copytree(RAW, root / "raw" / "cuda-h200-fa")
     campaign = load_campaign(REPO / "campaigns" / "cuda-h200-fa.yaml")
-    tables = derive.build_and_write(campaign, root)
-    page = report.write_report(campaign, tables, pageinputs.build_and_write(campaign, root, root / "reports"))
-    return page.read_text().split("\n## ")[0], tables.runs
+    published = publish(campaign, root, root / "reports")
+    return published.page.read_text().split("\n## ")[0], published.tables.runs
 
 
 def test_every_traced_run_covers_its_window(built):

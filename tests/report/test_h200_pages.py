@@ -67,14 +67,15 @@ def test_page_is_drawn_again_from_data_derived_alone(rebuilt, name):
     back exactly: six significant digits once turned a 168.79 tok/s cell into 168.78)."""
     from perflib import derive, pageinputs, report
     from perflib.campaign import load_campaign
+    from perflib.verdicts import Decisions
 
     page = rebuilt[name]
     root = page.parent.parent
     derived = root / "data" / "derived" / name
     written = page.read_bytes()
     page.unlink()
-    again = report.write_report(load_campaign(root / "campaigns" / f"{name}.yaml"), derive.read(derived),
-                                pageinputs.read(derived))
+    campaign, tables = load_campaign(root / "campaigns" / f"{name}.yaml"), derive.read(derived)
+    again = report.write_report(campaign, tables, pageinputs.read(derived), Decisions.of(campaign, tables))
     assert again == page and again.read_bytes() == written
 
 

@@ -67,7 +67,7 @@ def test_trace_candidates_of_a_compared_arm_are_decided_from_its_traced_arm(play
 
 def test_the_first_screen_names_the_traced_arm_and_the_key_to_add(playbook_only):
     campaign, tables = playbook_only
-    head = page.summary_markdown(campaign, tables, "")
+    head = page.summary_markdown(campaign, tables, v.Decisions.of(campaign, tables), "")
     gaps = next(line for line in head.splitlines() if line.startswith("| host-side work between kernels"))
     assert "default (trace from default-cupti)" in gaps and "**confirmed**" in gaps
     assert "no kernel trace for backend llamacpp-cuda (profiler: none)" not in gaps
