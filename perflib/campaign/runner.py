@@ -141,7 +141,8 @@ class CampaignRun:
         """The Jupyter kernel the notebooks run in (`papermill`); None: measured in this process."""
         self.state: Progress  # made by `run`, with its progress bar
         self.ctrl_c = CtrlC()
-        self.gpu = GpuGuard(idle_s=self.options.guard_idle_s, log=self.note) if self.options.guard else None
+        self.gpu: GpuGuard | None = None
+        """The GPU guard (`guard`), made by `run` once the servers' builds are done."""
         self.cpu = CpuContention(budget_s=self.options.contention_wait_s, log=self.note)
         self.pending: list[Written] = []
         """Runs measured whose `collect.ipynb` is not written yet (`write_records`)."""
@@ -185,6 +186,7 @@ class CampaignRun:
                                    file=sys.stderr, disable=not self.options.progress),
                               skipped=[r.label for r in runs if r not in todo])
         self.cpu.bar = self.state.bar
+        self.gpu = GpuGuard(idle_s=self.options.guard_idle_s, log=self.note) if self.options.guard else None
         self.finish_complete([r for r in runs if r not in todo])
         try:
             with self.ctrl_c:  # a Ctrl-C is acted on between runs even where it was swallowed below (`interrupts`)
@@ -314,8 +316,11 @@ class CampaignRun:
         repeats: load.Repeats | None = None
         try:
             for i, run in enumerate(runs):
+                starts = len(served.segments)
                 if not self.server_up(served, runs[i:]):
                     return
+                if repeats is not None and len(served.segments) != starts:  # started again: warm up, scrape afresh
+                    repeats.interrupted()
                 if i == 0 or (run.batch, run.context) != (runs[i - 1].batch, runs[i - 1].context):
                     self.write_records()  # the level before's notebooks, after its last request
                     repeats = self.repeats(served, runs[i:])
