@@ -4,8 +4,8 @@ Not a test: a measurement. The script copies a campaign file (default: campaigns
 local CPU llama-server: a default arm and the same arm under `perf record`, 36 runs) into a fresh
 folder and runs it as `make demo` does, `python -m perflib campaign run FILE --data DIR`, with
 `--no-contention` (the contention sampler would redo runs that another user of a shared machine
-slowed; `--contention` keeps it) and `--json`; `--no-report` leaves the page out, as the rows before
-2026-12-05 did. It reads every run's manifest: a level's own duration is `clocks.end − clocks.start`
+slowed; `--contention` keeps it); `--no-report` leaves the page out, as the rows before 2026-12-05 did
+(they also gave `--json`, whose answer evaluates the verdicts again after the page). It reads every run's manifest: a level's own duration is `clocks.end − clocks.start`
 (CLOCK_MONOTONIC, from just before its requests are sent until the last one finished). Overhead =
 1 − Σ level durations / wall time: imports, the servers' starts and stops, prompts, warm-ups,
 /metrics scrapes, writing the run folders and notebooks, the profiler's post-processing, cutting
@@ -93,7 +93,8 @@ def _summary(rounds: list[dict]) -> dict:
     middle = sorted(rounds, key=lambda r: r["overhead_share"])[(len(rounds) - 1) // 2]
     brief = [{k: v for k, v in r.items() if k not in ("levels", "method")} for r in rounds]
     return {**middle, "rounds": brief, "overhead_shares": [r["overhead_share"] for r in rounds],
-            "overhead_share_median": statistics.median(r["overhead_share"] for r in rounds)}
+            "overhead_share_median": statistics.median(r["overhead_share"] for r in rounds),
+            "overhead_s_median": statistics.median(r["overhead_s"] for r in rounds)}
 
 
 def measure(source: str, decode_tokens: int | None, root: Path, extra: list[str], keep: bool) -> dict:
@@ -111,7 +112,7 @@ def measure(source: str, decode_tokens: int | None, root: Path, extra: list[str]
                                                      if os.environ.get("PYTHONPATH") else "")}
     load_start = os.getloadavg()[0]
     cmd = [sys.executable, "-m", "perflib", "campaign", "run", str(campaign), "--data", str(work / "data"),
-           "--reports", str(work / "reports"), "--json", *extra]
+           "--reports", str(work / "reports"), *extra]
     t0 = time.clock_gettime_ns(time.CLOCK_MONOTONIC)  # the manifests' clock: where each level lies in the run
     unix0 = time.time_ns()
     proc = subprocess.run(cmd, cwd=work, env=env, capture_output=True, text=True, check=False)
@@ -146,10 +147,10 @@ def measure(source: str, decode_tokens: int | None, root: Path, extra: list[str]
               "per_run_share": sum(gaps) / (sum(gaps) + after_first) if gaps else None,
               **_servers_and_page(work, levels, t0, unix0, t1)}
     result = {"args": extra, "runs": len(levels), "wall_s": wall, "levels_s": measured,
-              "overhead_share": 1 - measured / wall, "per_run_overhead_s": (wall - measured) / max(1, len(levels)),
+              "overhead_s": wall - measured, "overhead_share": 1 - measured / wall, "per_run_overhead_s": (wall - measured) / max(1, len(levels)),
               **phases, "levels": levels, "cpus": os.cpu_count(), "load_average_at_start": load_start,
               "load_average_at_end": os.getloadavg()[0],
-              "method": "wall = `python -m perflib campaign run FILE --data DIR --json` (" + " ".join(extra) + ") as a "
+              "method": "wall = `python -m perflib campaign run FILE --data DIR` (" + " ".join(extra) + ") as a "
                         "subprocess, server build cached; levels = sum over complete runs of manifest clocks.end - "
                         "clocks.start (monotonic); overhead = 1 - levels / wall; goal <= 5%; before/between/after: "
                         "where the rest lies on the same clock; between runs: gaps between levels of one server, "
@@ -166,7 +167,8 @@ def measure(source: str, decode_tokens: int | None, root: Path, extra: list[str]
               f"{phases['between_levels_median_s'] or 0:.3f} s); between groups {sum(group_gaps):.2f} s; after the "
               f"last {phases['after_last_level_s']:.2f} s (servers' starts {phases['server_starts_s']:.2f} s, stops "
               f"{phases['server_stops_s']:.2f} s, attribution {phases['attribution_s']:.2f} s, page "
-              f"{phases['page_s'] if phases['page_s'] is not None else float('nan'):.2f} s)")
+              f"{phases['page_s'] if phases['page_s'] is not None else float('nan'):.2f} s, then "
+              f"{phases['after_page_s'] if phases['after_page_s'] is not None else float('nan'):.2f} s to the exit)")
     if not keep:
         shutil.rmtree(work, ignore_errors=True)
     return result
@@ -180,7 +182,8 @@ def _servers_and_page(work: Path, levels: list[dict], t0: int, unix0: int, t1: i
     starts = [s for record in (work / "data").rglob("server.json")
               for s in json.loads(record.read_text()).get("starts", [])]
     out: dict = {"to_server_start_s": None, "server_start_s": None, "first_run_start_s": None, "server_stop_s": None,
-                 "server_starts_s": 0.0, "server_stops_s": 0.0, "attribution_s": 0.0, "page_s": None}
+                 "server_starts_s": 0.0, "server_stops_s": 0.0, "attribution_s": 0.0, "page_s": None,
+                 "after_page_s": None}
     if not starts or not levels:
         return out
     first = min(starts, key=lambda s: s["started_at"])
@@ -207,6 +210,7 @@ def _servers_and_page(work: Path, levels: list[dict], t0: int, unix0: int, t1: i
         before = max([levels[-1]["end_ns"], *(mono(s["ended_at"]) for s in starts if s.get("ended_at")),
                       *(t0 + p.stat().st_mtime_ns - unix0 for p in (work / "data").rglob("profile.ipynb"))])
         out["page_s"] = (t0 + max(pages) - unix0 - before) / 1e9
+        out["after_page_s"] = (t1 - (t0 + max(pages) - unix0)) / 1e9  # the summary printed, the exit
     return out
 
 
