@@ -4,9 +4,10 @@ Not a test: a measurement. The script copies a campaign file (default: campaigns
 local CPU llama-server: a default arm and the same arm under `perf record`, 36 runs) into a fresh
 folder and runs it as `make demo` does, `python -m perflib campaign run FILE --data DIR`, with
 `--no-contention` (the contention sampler would redo runs that another user of a shared machine
-slowed; `--contention` keeps it); `--no-report` leaves the page out, as the rows before 2026-12-05 did
-(they also gave `--json`, whose answer evaluates the verdicts again after the page). It reads every run's manifest: a level's own duration is `clocks.end − clocks.start`
-(CLOCK_MONOTONIC, from just before its requests are sent until the last one finished). Overhead =
+slowed; `--contention` keeps it); `--no-report` leaves the page out, as the rows before 2026-12-05
+did (they also gave `--json`, whose answer evaluates the verdicts again after the page). It reads
+every run's manifest: a level's own duration is `clocks.end − clocks.start` (CLOCK_MONOTONIC, from
+just before its requests are sent until the last one finished). Overhead =
 1 − Σ level durations / wall time: imports, the servers' starts and stops, prompts, warm-ups,
 /metrics scrapes, writing the run folders and notebooks, the profiler's post-processing, cutting
 and attributing the traces, the derived tables and the page.
