@@ -238,6 +238,7 @@ class CampaignRun:
         return tables, report.write_report(self.campaign, tables, inputs)
 
     def result(self, tables: DerivedTables | None, page: Path | None, orphans: list[str]) -> CampaignResult:
+        """What this run did, its failures split as the page splits them."""
         state, cpu = self.state, self.cpu
         failed, partial = _failed_and_partial(self.campaign, self.data, state.failed, tables)
         return CampaignResult(tuple(state.done), tuple(state.skipped), failed, tuple(state.contended), page,
