@@ -18,7 +18,7 @@ import pandas as pd
 
 from perflib import derive, pageinputs
 from perflib import verdicts as verdict_mod
-from perflib.campaign import CampaignResult, load_campaign, run_campaign
+from perflib.campaign import CampaignResult, CampaignRun, RunOptions, load_campaign
 from perflib.config import Campaign, opening_question, replace_data_dir
 from perflib.errors import InputError
 from perflib.publish import Published, publish
@@ -155,11 +155,14 @@ class CampaignView:
         """Any of these DataFrames as a GitHub Markdown table (what `--notebook-export` should hold)."""
         return markdown.frame_table(frame, digits)
 
-    def run(self, cluster: str | None = None, **options) -> CampaignResult:
-        """Measure the campaign's incomplete runs and write its page (`perflib.campaign.run_campaign` with
-        `options`); `cluster`, a Dask scheduler's address, spreads its (arm, backend) groups over the
-        workers (`perflib campaign run --cluster`). The tables are read afresh afterwards."""
-        result = run_campaign(self.campaign, cluster=cluster, **options)
+    def run(self, cluster: str | None = None, data_dir: str | Path | None = None,
+            reports_dir: str | Path | None = None, **options) -> CampaignResult:
+        """Measure the campaign's incomplete runs and write its page (`perflib.campaign.CampaignRun` with
+        `perflib.campaign.RunOptions(**options)`: `guard`, `only`, `contention_threshold`, `papermill`, ...);
+        `cluster`, a Dask scheduler's address, spreads its (arm, backend) groups over the workers
+        (`perflib campaign run --cluster`). The tables are read afresh afterwards."""
+        result = CampaignRun(self.campaign, RunOptions(cluster=cluster, **options), Path(data_dir) if data_dir else None,
+                             Path(reports_dir) if reports_dir else None).run()
         for name in ("tables", "published"):  # the cached_properties: the next look reads the new run folders
             self.__dict__.pop(name, None)
         return result

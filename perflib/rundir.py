@@ -144,7 +144,7 @@ MANIFEST_FIELDS: dict[str, str] = {
     "context": "positive", "decode_tokens": "positive", "repeat": "positive", "base_url": "str?",
     "endpoint": "str?", "server": "dict?", "tools": "dict?", "clocks": "dict?", "prompt_tokens": "dict?",
     "status": "str", "errors": "list[str]", "metrics": "dict?", "trace_path": "str?", "warmup_ok": "bool?",
-    "gauge_samples": "count?", "moved_aside": "str?",
+    "gauge_samples": "count?", "moved_aside": "str?", "warmup_from": "str?", "metrics_before_from": "str?",
 }
 """Manifest keys (docs/SCHEMA.md §2) and their kinds, checked where present when a manifest is read."""
 

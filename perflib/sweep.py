@@ -11,6 +11,8 @@ The figures of a run are computed from its folder alone by `perflib.runs.summari
 
 from __future__ import annotations
 
+import copy
+import functools
 import os
 import platform
 import shutil
@@ -54,8 +56,14 @@ class LevelResult:
 def tool_versions() -> dict[str, str]:
     """Versions of perflib, Python, the event loop, httpx and the platform, and the host (`$PERFLIB_HOST`
     or the machine's name: which runner measured the run), for the manifest."""
-    tools = {"perflib": __version__, "python": sys.version.split()[0], "platform": platform.platform(),
-             "event_loop": load.event_loop_name(), "host": os.environ.get("PERFLIB_HOST") or socket.gethostname()}
+    return {**_versions(), "event_loop": load.event_loop_name(),
+            "host": os.environ.get("PERFLIB_HOST") or socket.gethostname()}
+
+
+@functools.cache
+def _versions() -> dict[str, str]:
+    """What cannot change while this process runs, read once: each distribution's metadata is a file search."""
+    tools = {"perflib": __version__, "python": sys.version.split()[0], "platform": platform.platform()}
     for dist in ("httpx", "httpcore", "h11"):
         try:
             tools[dist] = metadata.version(dist)
@@ -64,7 +72,7 @@ def tool_versions() -> dict[str, str]:
     return tools
 
 
-def run_level(spec: load.LevelSpec) -> LevelResult:
+def run_level(spec: load.LevelSpec, repeats: load.Repeats | None = None) -> LevelResult:
     """Measure one run into `spec.run_dir` (`<out_dir>/b<batch>_c<context>_r<repeat>/`).
 
     `batch` requests of `context` prompt tokens (measured with the server's `/tokenize`) and
@@ -90,6 +98,12 @@ def run_level(spec: load.LevelSpec) -> LevelResult:
     `spec.timeout` bounds each request (default `perflib.load.request_timeout_for(decode_tokens)`),
     `spec.idle_timeout` the time without a byte once its stream has begun (None: no limit); a request
     that hits one fails with the timeout named, and the level is incomplete. The manifest keeps both.
+
+    `repeats`: what this level's repeats measured one after the other share (`perflib.load.Repeats`): the
+    prompts sized ahead, one warm-up (`warmup_from` names the run that sent it; only its folder has
+    `warmup.jsonl`), the scrape before taken over from the repeat before (`metrics_before_from` names it:
+    this run's `metrics_before.txt` is that run's `metrics_after.txt`, byte for byte), the server's identity
+    read once.
     """
     batch, context, repeat, base_url = spec.batch, spec.context, spec.repeat, spec.base_url
     run_dir = spec.run_dir
@@ -106,9 +120,7 @@ def run_level(spec: load.LevelSpec) -> LevelResult:
         "timeouts": {"request_s": spec.request_timeout, "idle_s": spec.idle_timeout}}
     rundir.write_manifest(run_dir, manifest)
     try:
-        manifest["server"] = load.server_identity(base_url, flags=list(started.flags) if started else None,
-                                                  version=started.version if started else None)
-        manifest["server"].update(started.started() if started else {})
+        manifest["server"] = _identity(spec, repeats)
     except httpx.HTTPError as exc:
         message = (f"level {run_dir.name}: server unreachable at {base_url}: {type(exc).__name__}: "
                    f"{exc or 'connection refused'}; is it running at that address? "
@@ -128,7 +140,7 @@ def run_level(spec: load.LevelSpec) -> LevelResult:
     sent = replace(spec, model=spec.model or manifest["server"].get("model"),
                    extra_body=spec.extra_body if spec.extra_body is not None else _extra_body(manifest))
     try:
-        outcome = load.run_sync(load.run_level_async(sent, rundir.RunWriter(run_dir)))
+        outcome = load.run_sync(load.run_level_async(sent, rundir.RunWriter(run_dir), repeats=repeats))
     finally:
         seen = sampler.stop() if sampler is not None else None
         _copy_log_slice(log_path, log_start, run_dir / rundir.SERVER_LOG)
@@ -139,6 +151,8 @@ def run_level(spec: load.LevelSpec) -> LevelResult:
         "prompt_tokens": outcome.prompt_tokens,
         "metrics": outcome.metrics,
         "warmup_ok": outcome.warmup_ok,
+        "warmup_from": outcome.warmup_from,
+        "metrics_before_from": outcome.metrics_before_from,
         "gauge_samples": outcome.gauge_samples,
         "status": rundir.COMPLETE if outcome.complete else rundir.INCOMPLETE,
         "errors": list(outcome.errors),
@@ -149,6 +163,22 @@ def run_level(spec: load.LevelSpec) -> LevelResult:
     return LevelResult(run_dir, status, (*outcome.errors, *([problem] if problem else [])), summary,
                        unreachable=outcome.unreachable, moved_aside=moved,
                        contention_note=seen.note if seen is not None and seen.note else "")
+
+
+def _identity(spec: load.LevelSpec, repeats: load.Repeats | None) -> dict[str, Any]:
+    """The manifest's `server`: what the server answers of itself (`/props`, `/v1/models`) and what perflib
+    knows of a server it started; read once for a level's repeats on one server."""
+    if repeats is not None:
+        repeats.on(spec.base_url)
+        if repeats.identity is not None:
+            return copy.deepcopy(repeats.identity)
+    started = spec.server
+    identity = load.server_identity(spec.base_url, flags=list(started.flags) if started else None,
+                                    version=started.version if started else None)
+    identity.update(started.started() if started else {})
+    if repeats is not None:
+        repeats.identity = copy.deepcopy(identity)
+    return identity
 
 
 def _summary_checked(run_dir: Path, manifest: dict[str, Any], errors: list[str]) -> tuple[dict[str, Any], str | None]:

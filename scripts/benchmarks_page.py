@@ -217,6 +217,9 @@ OVERHEAD_RUNS: tuple[tuple[str, str, str | None, tuple[int, int]], ...] = (
      "papermill", (1, 3)),
     ("demo with `decode_tokens: 512`, in the runner's process", "results-campaign_overhead-in-process-decode512.json",
      None, (1, 3)),
+    ("the whole demo (two arms, the page) before issue 31, 2026-12-04", "results-campaign_overhead-issue31.json",
+     "baseline", (1, 3)),
+    ("the whole demo after issue 31, in the same rounds", "results-campaign_overhead-issue31.json", None, (1, 3)),
 )
 """Rows of the campaign overhead table: (label, JSON, the run under this key or the top level, decimals of
 (the overhead in %, the median between levels in s))."""
@@ -237,6 +240,27 @@ def campaign_overhead() -> str:
                      f"{num(run['after_last_level_s'])} s"])
     return table(["", "wall", "levels", "overhead", "before the first level", "between levels (median a run)",
                   "after the last"], "lrrrrrr", rows)
+
+
+OVERHEAD_ISSUE31 = "results-campaign_overhead-issue31.json"
+"""The whole demo (two arms, the page) before and after issue 31, rounds alternating (`--baseline`)."""
+
+
+def campaign_overhead_issue31() -> str:
+    j = load(OVERHEAD_ISSUE31)
+    rows = []
+    for label, run in (("before issue 31 (the baseline checkout)", j["baseline"]), ("after issue 31", j)):
+        rows.append([label, f"{num(run['wall_s'])} s", f"{num(run['levels_s'])} s",
+                     bold(f"{num(100 * run['overhead_share'])}%") + f" ({num(run['overhead_s'])} s)",
+                     nums([100 * x for x in run["overhead_shares"]], 1) + "%",
+                     f"{num(run['before_first_level_s'], 2)} s",
+                     f"{num(run['between_runs_s'], 2)} s ({num(run['between_levels_median_s'], 3)} s)",
+                     f"{num(run['between_groups_s'], 2)} s", f"{num(run['server_starts_s'], 2)} s",
+                     f"{num(run['server_stops_s'], 2)} s", f"{num(run['attribution_s'], 2)} s",
+                     f"{num(run['page_s'], 2)} s"])
+    return table(["demo, 36 runs, page included", "wall", "levels", "overhead (median round)", "each round",
+                  "before the first level", "between runs of a server (median)", "between the two servers",
+                  "servers' starts", "servers' stops", "cut and attribution", "page"], "lrrrrrrrrrrr", rows)
 
 
 def mib(m: dict) -> str:
@@ -351,7 +375,7 @@ def trace_cut_kineto() -> str:
 
 TABLES: dict[str, Callable[[], str]] = {f.__name__: f for f in (
     first_run, demo_run, client_first, client_paired, client_epoll, client_h200, client_lockstep, client_ceiling,
-    campaign_overhead, trace_csv, trace_what, trace_goals, trace_cut_csv, trace_cut_kineto)}
+    campaign_overhead, campaign_overhead_issue31, trace_csv, trace_what, trace_goals, trace_cut_csv, trace_cut_kineto)}
 """Each table the prose places with `<!-- table: NAME -->`, by name."""
 
 

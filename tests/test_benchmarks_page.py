@@ -189,7 +189,10 @@ def cells_campaign_overhead() -> list[Cell]:
                          ("| demo, in the runner's process (issue 23", "results-campaign_overhead-in-process.json", None),
                          ("| the same run's `--papermill`", "results-campaign_overhead-in-process.json", "papermill"),
                          ("| demo with `decode_tokens: 512`, in the runner's process",
-                          "results-campaign_overhead-in-process-decode512.json", None)):
+                          "results-campaign_overhead-in-process-decode512.json", None),
+                         ("| the whole demo (two arms, the page) before", "results-campaign_overhead-issue31.json",
+                          "baseline"),
+                         ("| the whole demo after issue 31", "results-campaign_overhead-issue31.json", None)):
         run = overhead_run(at)
         out += [Cell(table, row, "wall", src, (lambda j, r=run: r(j)["wall_s"],)),
                 Cell(table, row, "levels", src, (lambda j, r=run: r(j)["levels_s"],
@@ -203,6 +206,28 @@ def cells_campaign_overhead() -> list[Cell]:
     out += [Cell(table, row, "wall", src, (lambda j: j["wall_s"],)),
             Cell(table, row, "levels", src, (lambda j: 100 * j["levels_s"] / j["wall_s"],)),
             Cell(table, row, "overhead", src, (lambda j: 100 * j["overhead_share"],))]
+    return out
+
+
+def cells_campaign_overhead_issue31() -> list[Cell]:
+    table, src = "| demo, 36 runs, page included |", "results-campaign_overhead-issue31.json"
+    out = []
+    for row, at in (("| before issue 31", "baseline"), ("| after issue 31", None)):
+        run = overhead_run(at)
+        out += [Cell(table, row, "wall", src, (lambda j, r=run: r(j)["wall_s"],)),
+                Cell(table, row, "levels", src, (lambda j, r=run: r(j)["levels_s"],)),
+                Cell(table, row, "overhead (median round)", src, (lambda j, r=run: 100 * r(j)["overhead_share"],
+                                                                  lambda j, r=run: r(j)["overhead_s"])),
+                Cell(table, row, "each round", src, tuple(
+                    (lambda j, r=run, i=i: 100 * r(j)["overhead_shares"][i]) for i in range(3))),
+                Cell(table, row, "before the first level", src, (lambda j, r=run: r(j)["before_first_level_s"],)),
+                Cell(table, row, "between runs of a server (median)", src,
+                     (lambda j, r=run: r(j)["between_runs_s"], lambda j, r=run: r(j)["between_levels_median_s"])),
+                Cell(table, row, "between the two servers", src, (lambda j, r=run: r(j)["between_groups_s"],)),
+                Cell(table, row, "servers' starts", src, (lambda j, r=run: r(j)["server_starts_s"],)),
+                Cell(table, row, "servers' stops", src, (lambda j, r=run: r(j)["server_stops_s"],)),
+                Cell(table, row, "cut and attribution", src, (lambda j, r=run: r(j)["attribution_s"],)),
+                Cell(table, row, "page", src, (lambda j, r=run: r(j)["page_s"],))]
     return out
 
 
@@ -355,7 +380,8 @@ def cells_demo_run() -> list[Cell]:
 
 
 CELLS: list[Cell] = [*cells_demo_run(), *cells_client_first(), *cells_client_paired(), *cells_client_epoll(), *cells_client_h200(),
-                     *cells_client_lockstep(), *cells_client_ceiling(), *cells_campaign_overhead(), *cells_trace_csv(),
+                     *cells_client_lockstep(), *cells_client_ceiling(), *cells_campaign_overhead(),
+                     *cells_campaign_overhead_issue31(), *cells_trace_csv(),
                      *cells_trace_goals(), *cells_trace_goals_other(),
                      *cells_trace_what(), *cells_trace_cut(), *cells_first_run()]
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import gzip
 import shutil
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -52,11 +53,11 @@ def collect_segment(segment: Segment, data: Path, keep_repeats: int | None = Non
     return collect_capture(segment.capture, segment.runs, segment.record, data, keep_repeats)
 
 
-def recut_pending(campaign: Campaign, data: Path, log: object = None) -> list[tuple[str, str]]:
+def recut_pending(campaign: Campaign, data: Path, log: Callable[[str], None] | None = None) -> list[tuple[str, str]]:
     """Cut again the captures whose cut did not finish: a start recorded in `server.json` with a
     lifetime capture, one of whose complete runs has neither a trace nor a note saying why (the runner
     was stopped while it cut). Returns the failures, as `collect_segment`'s errors."""
-    say = log if callable(log) else (lambda message: None)
+    say = log or (lambda message: None)
     by_label = {run.label: run for run in campaign.expand()}
     errors: list[tuple[str, str]] = []
     for arm in campaign.arms:

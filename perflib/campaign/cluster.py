@@ -1,6 +1,6 @@
 """One campaign across hosts and GPUs: each (arm, backend) group measured on a Dask worker, gathered here.
 
-`perflib campaign run FILE --cluster tcp://HOST:8786` (`run_campaign(cluster=...)`,
+`perflib campaign run FILE --cluster tcp://HOST:8786` (`RunOptions(cluster=...)`,
 `open_campaign(...).run(cluster=...)`) connects to a Dask distributed scheduler, checks its workers
 (the same perflib version as this runner; every backend left to measure offered by one, as the
 resource `backend-<name>`), and sends each group as one task to a worker holding its backend's
@@ -36,6 +36,7 @@ from urllib.parse import urlsplit
 
 from perflib import rundir
 from perflib.campaign import transfer, worker
+from perflib.campaign.options import RunOptions
 from perflib.config import Campaign, RunSpec
 from perflib.errors import PerflibError
 from perflib.version import __version__
@@ -81,26 +82,6 @@ def open_warning(address: str) -> str:
             "every worker; use tls:// with certificates (docs/CLUSTER.md)")
 
 
-def child_args(options: Mapping[str, Any]) -> tuple[str, ...]:
-    """The runner's options as the workers' `campaign run` flags."""
-    args: list[str] = []
-    if options.get("guard"):
-        args += ["--guard", "--guard-idle-s", f"{options.get('guard_idle_s', 90.0):g}"]
-    if options.get("contention_threshold") is None:
-        args.append("--no-contention")
-    else:
-        args += ["--contention-threshold", f"{options['contention_threshold']:g}"]
-    for key, flag in (("wait_threshold", "--wait-threshold"), ("psi_threshold", "--psi-threshold"),
-                      ("contention_wait_s", "--contention-wait")):
-        if options.get(key) is not None:
-            args += [flag, f"{options[key]:g}"]
-    if options.get("papermill"):
-        args.append("--papermill")
-        if options.get("kernel_name"):
-            args += ["--kernel", str(options["kernel_name"])]
-    return tuple(args)
-
-
 def _distributed() -> Any:
     try:
         import distributed  # late: the optional extra perflib[cluster], needed only with --cluster
@@ -129,12 +110,13 @@ def _say(message: str) -> None:
     print(f"perflib: {message}", file=sys.stderr, flush=True)
 
 
-def measure(campaign: Campaign, data: Path, address: str, only: dict[str, set[str]] | None,
-            options: Mapping[str, Any], progress: bool = True) -> Gathered:
-    """Measure every incomplete run of the campaign on the cluster at `address` and gather its run
-    folders into `data` (the page is the caller's); see the module's docstring."""
+def run_on_cluster(campaign: Campaign, data: Path, options: RunOptions) -> Gathered:
+    """Measure every incomplete run of the campaign on the cluster at `options.cluster` and gather its run
+    folders into `data` (the page is the caller's); the workers' runners are given these options as
+    flags (`RunOptions.worker_flags`); see the module's docstring."""
+    address = str(options.cluster)
     data = Path(data).resolve()
-    runs = [r for r in campaign.expand(only) if not campaign.backend(r.backend).trace_only]
+    runs = [r for r in campaign.expand(options.only) if not campaign.backend(r.backend).trace_only]
     todo = [r for r in runs if not rundir.is_complete(r.run_dir(data))]
     got = Gathered(skipped=[r.label for r in runs if r not in todo])
     groups: dict[tuple[str, str], list[RunSpec]] = {}
@@ -154,7 +136,7 @@ def measure(campaign: Campaign, data: Path, address: str, only: dict[str, set[st
                                f"({type(exc).__name__}: {exc})") from None
         try:
             workers = _check_workers(client, {b for _, b in groups}, address)
-            if progress:
+            if options.progress:
                 for facts in workers.values():
                     _say(f"worker {facts['name']} on {facts['device']}: "
                          f"{', '.join(sorted(facts['resources'])) or 'no backend'}")
@@ -206,13 +188,13 @@ def _check_workers(client: Any, backends: set[str], address: str) -> dict[str, d
 class _Session:
     """One runner's groups in flight on the cluster: submitted, awaited, gathered, resubmitted."""
 
-    def __init__(self, client: Any, distributed: Any, campaign: Campaign, data: Path, options: Mapping[str, Any],
+    def __init__(self, client: Any, distributed: Any, campaign: Campaign, data: Path, options: RunOptions,
                  got: Gathered):
         self.client, self.distributed, self.campaign, self.data, self.got = client, distributed, campaign, data, got
         path = Path(campaign.path).resolve()
         relative = os.path.relpath(path, Path.cwd()) if path.is_relative_to(Path.cwd()) else None
         self.base = worker.GroupRequest(str(path), relative, worker.sha256_text(path), str(data), campaign.name,
-                                        "", "", child_args(options))
+                                        "", "", options.worker_flags())
         self.groups: dict[tuple[str, str], list[RunSpec]] = {}
         self.pending: dict[Any, tuple[tuple[str, str], int]] = {}
         self.missing_since: dict[str, float] = {}
@@ -254,7 +236,7 @@ class _Session:
             self._fail(key, f"its worker died while measuring it ({exc}); left for the next campaign run")
             return
         except concurrent.futures.CancelledError:
-            raise  # the scheduler is gone: `measure` says so
+            raise  # the scheduler is gone: `run_on_cluster` says so
         except Exception as exc:  # noqa: BLE001 - a task that raised is that group's failure; the others go on
             self._fail(key, f"the worker's task failed: {type(exc).__name__}: {exc}")
             return

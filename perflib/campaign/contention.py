@@ -14,10 +14,13 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from perflib import load, rundir
 from perflib.load.contention import QUIET_WINDOW_S
+
+if TYPE_CHECKING:
+    from tqdm import tqdm
 
 ATTEMPTS = 3
 """Attempts at a run that other processes contended before the last one is kept, marked."""
@@ -51,7 +54,8 @@ class CpuContention:
     budget_s: float = WAIT_BUDGET_S
     attempts: int = ATTEMPTS
     log: Callable[[str], None] = lambda message: None
-    bar: Any = None
+    bar: tqdm | None = None
+    """The campaign's progress bar, whose postfix counts the runs redone and kept."""
     waited_s: float = 0.0
     redone: int = 0
     kept: list[str] = field(default_factory=list)

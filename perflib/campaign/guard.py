@@ -16,7 +16,7 @@ import shutil
 import subprocess
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from perflib import devices
@@ -87,7 +87,7 @@ class GpuGuard:
     says so once and lets every run through.
     """
 
-    def __init__(self, idle_s: float = 90.0, wait_timeout_s: float = 3600.0, log=print):
+    def __init__(self, idle_s: float = 90.0, wait_timeout_s: float = 3600.0, log: Callable[[str], None] = print):
         self.idle_s = idle_s
         self.wait_timeout_s = wait_timeout_s
         self.log = log

@@ -1,35 +1,28 @@
-"""Running perflib's parameterized notebooks with papermill, and the functions those notebooks call.
+"""Running perflib's parameterized notebooks with papermill (`--papermill`, `--notebook-export`).
 
-`collect.ipynb` measures one run (`collect_run` of its one parameter, `level`: a
-`perflib.load.LevelSpec` as JSON), `profile.ipynb` attributes its trace (`profile_run`),
-`report.ipynb` shows the verdicts (`export_notebook` exports it as Markdown). Each notebook holds a
-`parameters` cell and calls into perflib; papermill injects the parameters. The campaign runner
-measures in its own process by default (`measure`, the function `collect_run` calls) and writes the
-notebooks from the results (`perflib.campaign.records`); with `--papermill` it executes them here.
+`collect.ipynb` measures one run (`perflib.campaign.measure.collect_run` of its one parameter, `level`:
+a `perflib.load.LevelSpec` as JSON), `profile.ipynb` attributes its trace (`profile_run` of its one
+parameter, `run`: a `perflib.campaign.measure.ProfileSpec` as JSON), `report.ipynb` shows the verdicts
+(`export_notebook` exports it as Markdown). Each notebook holds a `parameters` cell and calls into
+perflib; papermill injects the parameters. The campaign runner measures in its own process by default
+(`perflib.campaign.measure`) and writes the notebooks from the results (`perflib.campaign.records`);
+with `--papermill` it executes them here (`execute_notebook`, in a kernel `find_kernel` names).
 """
 
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import logging
 import os
 import subprocess
 import sys
-from collections.abc import Mapping
-from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from perflib import derive, sweep
 from perflib.campaign import kernels
-from perflib.campaign.validate import load_campaign
-from perflib.config import Campaign, RunSpec
+from perflib.config import Campaign
 from perflib.errors import PerflibError
-from perflib.load import LevelSpec
-from perflib.sweep import LevelResult
-
-if TYPE_CHECKING:
-    import pandas as pd
 
 
 def _notebooks_dir() -> Path:
@@ -41,41 +34,6 @@ def _notebooks_dir() -> Path:
 
 
 NOTEBOOKS = _notebooks_dir()
-
-
-def measure(level: LevelSpec) -> tuple[LevelResult, str | None]:
-    """Measure one run into its folder (`perflib.sweep.run_level`); the result, and the error where the
-    run is not complete (a server that does not answer leaves an incomplete manifest naming the URL)."""
-    result = sweep.run_level(level)
-    if result.status == "complete":
-        return result, None
-    errors = "; ".join(result.errors) or "no error recorded"
-    label = "/".join(x for x in (level.arm, level.backend, level.name) if x)
-    return result, f"run {label} against {level.base_url} is incomplete: {errors}"
-
-
-def collect_run(level: LevelSpec | Mapping[str, Any] | str, base_url: str | None = None,
-                out_dir: str | Path | None = None) -> Path:
-    """Measure one run into its folder, as `collect.ipynb` does; returns the run folder.
-
-    `level`: a `perflib.load.LevelSpec`, or its JSON (object or text: the notebook's `level` parameter).
-    `base_url` measures against another server than the level's (what perflib knew of the level's own
-    server, its flags and log, is then left out) and `out_dir` into another folder: a notebook that a
-    campaign wrote into a run folder measures the run again with both given, its own server long
-    stopped and its own folder complete.
-
-    An incomplete run (a server that does not answer, requests that failed) raises a `PerflibError`, so
-    that papermill records the failure and the runner goes on; its manifest says what happened.
-    """
-    spec = LevelSpec.from_json(level)
-    if base_url:
-        spec = replace(spec, base_url=str(base_url), server=None)
-    if out_dir is not None:
-        spec = replace(spec, out_dir=Path(out_dir))
-    result, error = measure(spec)
-    if error:
-        raise PerflibError(error)
-    return result.run_dir
 
 
 def find_kernel() -> str:
@@ -109,6 +67,15 @@ def find_kernel() -> str:
             return name
     raise PerflibError(f"no Jupyter kernel runs {sys.executable}; register one with "
                        f"`{sys.executable} -m ipykernel install --user --name perflib`")
+
+
+def check_extras() -> None:
+    """The notebook extras that `--papermill` needs are installed (found, not imported: papermill is
+    imported while a server starts)."""
+    for name in ("jupyter_client", "nbclient", "papermill"):
+        if importlib.util.find_spec(name) is None:
+            raise PerflibError(f"`perflib campaign run` needs the notebook extras ({name} is missing): "
+                               "pip install 'perflib[notebooks]' (or run without --papermill)")
 
 
 KERNEL_LOG_LEVEL = "--IPKernelApp.log_level=ERROR"
@@ -169,17 +136,6 @@ def _kernel_env() -> dict[str, str]:
     root = str(Path(__file__).resolve().parents[2])
     path = os.environ.get("PYTHONPATH", "")
     return {"PYTHONPATH": root + (os.pathsep + path if path else "")} if root not in path.split(os.pathsep) else {}
-
-
-def profile_run(campaign_file: str | Path, arm: str, backend: str, batch: int, context: int, repeat: int,
-                data_dir: str | Path | None = None) -> dict[str, pd.DataFrame]:
-    """Attribute one run's trace, windowed to its level (`perflib.derive.run_tables`): its tables are kept
-    in `data/derived/<campaign>/runs/<arm>/<backend>/<run>/`, where the page takes them from."""
-    campaign = load_campaign(campaign_file)
-    if data_dir is not None:
-        campaign = replace(campaign, data_dir=Path(data_dir))
-    return derive.run_tables(campaign, RunSpec(campaign.name, arm, backend, batch, context, repeat,
-                                               campaign.decode_tokens))
 
 
 def export_notebook(campaign: Campaign, reports_dir: Path | None = None, kernel_name: str | None = None) -> Path:

@@ -1,10 +1,10 @@
 """The notebooks a run folder keeps, written by the runner from the run's results, with no kernel.
 
-`perflib campaign run` measures each run in its own process (`perflib.campaign.notebooks.measure`)
-and attributes each traced run there (`perflib.derive.run_tables`); each run folder still gets its
+`perflib campaign run` measures each run in its own process (`perflib.campaign.measure`) and
+attributes each traced run there (`perflib.derive.run_tables`); each run folder still gets its
 `collect.ipynb` (and a traced run its `profile.ipynb`) as a record a person can open and run again:
-the packaged notebook, its parameters cell holding what the run was given (for `collect.ipynb` the
-level spec, one JSON parameter), each code cell numbered and its output filled from the results as a
+the packaged notebook, its parameters cell holding what the run was given (one JSON parameter each:
+the level spec, `level`, and the profile spec, `run`), each code cell numbered and its output filled from the results as a
 kernel shows them (a path's repr; a table as text/plain and text/html), a failed cell's error where the
 run failed, and `metadata.perflib` saying that the runner wrote it. Executing it with papermill measures
 or attributes the run again. A notebook is JSON (nbformat 4.5): nothing here imports nbformat.
@@ -29,7 +29,7 @@ from perflib.version import __version__
 if TYPE_CHECKING:
     import pandas as pd
 
-    from perflib.config import RunSpec
+    from perflib.campaign.measure import ProfileSpec
 
 WRITTEN_BY = "perflib campaign run: written from the run's results in the runner's process, no kernel executed it"
 """`metadata.perflib.written_by` of a notebook this module wrote."""
@@ -38,8 +38,7 @@ COLLECT_CELLS = {"collect": 'run_dir = campaign.collect_run(level, base_url, out
                  "summary": 'pd.Series(runs.summarize_run(run_dir)).to_frame("value")'}
 """The collect notebook's cells whose outputs are filled in, by id, and what each says."""
 
-PROFILE_CELLS = {"profile": 'tables = campaign.profile_run(campaign_file, arm, backend, batch, context, repeat, '
-                            'data_dir)\ntables["trace_runs"].T',
+PROFILE_CELLS = {"profile": 'tables = campaign.profile_run(run)\ntables["trace_runs"].T',
                  "classes": 'tables["classes"]', "gaps": 'tables["gaps"]', "kernels": 'tables["kernels"].head(20)'}
 """The profile notebook's cells whose outputs are filled in, by id, and what each says."""
 
@@ -100,12 +99,17 @@ def _write(path: Path, book: dict[str, Any]) -> Path:
     return path
 
 
+def _json_parameter(name: str, what: str, values: Mapping[str, Any]) -> str:
+    """`name = {...}  # what`: a JSON parameter as a Python literal, one field a line."""
+    fields = "".join(f"    {key!r}: {value!r},\n" for key, value in values.items())
+    return f"{name} = {{  # {what} as JSON\n" + fields + "}\n"
+
+
 def write_collect(path: Path, level: LevelSpec, run_dir: Path, summary: Mapping[str, Any] | None,
                   error: str | None) -> Path:
     """`collect.ipynb` of a run measured in the runner's process: the level spec in its parameters cell,
     the run folder and the summary table shown, or (where `error`) the collect cell's error."""
-    fields = "".join(f"    {key!r}: {value!r},\n" for key, value in level.to_dict().items())
-    parameters = ("level = {  # a perflib.load.LevelSpec as JSON\n" + fields + "}\n"
+    parameters = (_json_parameter("level", "a perflib.load.LevelSpec", level.to_dict()) +
                   "base_url = None  # None: the level's own server; a URL: measure against that server instead\n"
                   "out_dir = None  # None: the level's own folder; a folder: measure into it instead\n")
     outputs: dict[str, list[dict[str, Any]]] = {"collect": [_shown(run_dir, 0)]}
@@ -117,18 +121,17 @@ def write_collect(path: Path, level: LevelSpec, run_dir: Path, summary: Mapping[
                               {"level": level.to_dict()}))
 
 
-def write_profile(path: Path, run: RunSpec, campaign_file: Path, data_dir: Path,
-                  tables: Mapping[str, pd.DataFrame] | None, error: str | None) -> Path:
-    """`profile.ipynb` of a run attributed in the runner's process: its tables shown, or the profile
-    cell's error."""
-    values = {"campaign_file": str(campaign_file), "arm": run.arm, "backend": run.backend, "batch": run.batch,
-              "context": run.context, "repeat": run.repeat, "data_dir": str(data_dir)}
-    parameters = "".join(f"{k} = {v!r}\n" for k, v in values.items())
+def write_profile(path: Path, run: ProfileSpec, tables: Mapping[str, pd.DataFrame] | None,
+                  error: str | None) -> Path:
+    """`profile.ipynb` of a run attributed in the runner's process: the profile spec in its parameters
+    cell, its tables shown, or the profile cell's error."""
+    parameters = _json_parameter("run", "a perflib.campaign.measure.ProfileSpec", run.to_dict())
     outputs: dict[str, list[dict[str, Any]]] = {}
     if tables is not None and not error:
         outputs = {"profile": [_shown(tables["trace_runs"].T, 0)], "classes": [_shown(tables["classes"], 0)],
                    "gaps": [_shown(tables["gaps"], 0)], "kernels": [_shown(tables["kernels"].head(20), 0)]}
-    return _write(path, _fill("profile.ipynb", parameters, outputs, "profile" if error else None, error, {}))
+    return _write(path, _fill("profile.ipynb", parameters, outputs, "profile" if error else None, error,
+                              {"run": run.to_dict()}))
 
 
 def failed(path: Path) -> bool | None:

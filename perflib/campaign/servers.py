@@ -21,6 +21,7 @@ import os
 import signal
 import socket
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -182,7 +183,7 @@ class ServedArm:
     (at most `max_starts` starts), stopped at the end. Use as a context manager."""
 
     def __init__(self, campaign: Campaign, arm: ArmSpec, backend: BackendSpec, data: Path,
-                 prepared: Prepared | None = None, max_starts: int = 3, log: Any = None):
+                 prepared: Prepared | None = None, max_starts: int = 3, log: Callable[[str], None] | None = None):
         self.campaign, self.arm, self.backend, self.data = campaign, arm, backend, data
         self.prepared = prepared
         self.max_starts = max_starts
@@ -193,6 +194,8 @@ class ServedArm:
         self.profiler = campaign.profiler(arm.name, backend.name)
         self.history = earlier_starts(self.arm_dir / SERVER_RECORD)
         """Starts recorded by earlier invocations: kept in server.json, their capture folders left alone."""
+        self.planned: list[RunSpec] = []
+        """The runs of the level being measured (`begin_level`): the current start's record lists them ahead."""
 
     # ------------------------------------------------------------------------------ start and stop
 
@@ -311,11 +314,18 @@ class ServedArm:
                      f"records: {segment.record['losses_text']}")
 
     def _write_record(self) -> None:
+        """server.json: every start; the one still running lists the planned runs no start has begun yet too."""
         if self.external:
             return
+        starts = [*self.history, *(s.record for s in self.segments)]
+        current = self.current
+        if current is not None and "ended" not in current.record:
+            begun = {label for segment in self.segments for label in segment.record["runs"]}
+            ahead = [r.label for r in self.planned if r.label not in begun]
+            starts[-1] = {**current.record, "runs": [*current.record["runs"], *ahead]}
         atomic.write_json_atomic(self.arm_dir / SERVER_RECORD, {
             "campaign": self.campaign.name, "arm": self.arm.name, "backend": self.backend.name,
-            "profiler": self.profiler.kind, "starts": [*self.history, *(s.record for s in self.segments)]})
+            "profiler": self.profiler.kind, "starts": starts})
 
     def __enter__(self) -> ServedArm:
         self.start()
@@ -327,6 +337,11 @@ class ServedArm:
 
     # ------------------------------------------------------------------------------ around each run
 
+    @property
+    def toggles_profiler(self) -> bool:
+        """Whether its profiler is started and stopped over HTTP around each run (the `torch` kind)."""
+        return profilers.profiler_kind(self.profiler.kind).endpoints is not None
+
     def server_info(self) -> ServerInfo | None:
         """What a run's level records of the server (`perflib.load.ServerInfo`): flags, log, version,
         identity and pid; None for a server perflib did not start."""
@@ -335,15 +350,26 @@ class ServedArm:
             return None
         return ServerInfo.of(segment.handle)
 
+    def begin_level(self, runs: list[RunSpec]) -> None:
+        """Before a level's runs: the server's record written once for them, listing them ahead (a runner that
+        dies mid-level leaves them named, for the next run to cut its capture) with the server's processes
+        as they are now."""
+        self.planned = list(runs)
+        segment = self.current
+        if segment is not None:
+            if segment.handle is not None:
+                segment.record["processes"] = self._processes(segment.handle)
+            self._write_record()
+
     def begin_run(self, run: RunSpec) -> set[Path]:
-        """Before a run: note it in its segment; start an endpoint profiler (returns the files before)."""
+        """Before a run: note it in its segment (the record on disk lists it since `begin_level`, or is
+        written now where the run was not planned); start an endpoint profiler (returns the files before)."""
         segment = self.current
         if segment is not None:
             segment.runs.append(run)
             segment.record["runs"].append(run.label)
-            if segment.handle is not None:
-                segment.record["processes"] = self._processes(segment.handle)
-            self._write_record()
+            if run not in self.planned:
+                self._write_record()
         kind = profilers.profiler_kind(self.profiler.kind)
         if kind.endpoints is None or segment is None or segment.capture is None:
             return set()
@@ -377,7 +403,8 @@ ORPHANED = "orphaned: its runner died; stopped by the next campaign run"
 """How `server.json` records a server that outlived its runner and was stopped by the next run."""
 
 
-def stop_orphans(campaign: Campaign, data: Path, log: Any = None, grace_s: float | None = None) -> list[str]:
+def stop_orphans(campaign: Campaign, data: Path, log: Callable[[str], None] | None = None,
+                 grace_s: float | None = None) -> list[str]:
     """Stop the servers that an earlier runner of this campaign started on this host and left running
     when it died (`kill -9`, an out-of-memory kill): each start in an `<arm_dir>/server.json` that has
     not ended, whose runner is gone and whose processes still run, the same processes by pid *and*

@@ -186,15 +186,10 @@ def validate(args: argparse.Namespace) -> int:
 
 def run(args: argparse.Namespace) -> int:
     # late: the campaign and its config (pandas, 0.6 s) load when a command runs, not at `perflib --help`
-    from perflib.campaign import GUARD_EXIT, run_campaign
-    from perflib.config import parse_only
+    from perflib.campaign import GUARD_EXIT, CampaignRun
 
     campaign = _load(args)
-    result = run_campaign(campaign, guard=args.guard, only=parse_only(args.only), kernel_name=args.kernel,
-                          progress=True, write_page=not args.no_report, guard_idle_s=args.guard_idle_s,
-                          contention_threshold=None if args.no_contention else args.contention_threshold,
-                          wait_threshold=args.wait_threshold, psi_threshold=args.psi_threshold,
-                          contention_wait_s=args.contention_wait, papermill=args.papermill, cluster=args.cluster)
+    result = CampaignRun(campaign, run_options(args)).run()
     on_disk = result.on_disk
     if args.json:
         print(json.dumps({"campaign": campaign.name, "done": list(result.done), "skipped": list(result.skipped),
@@ -234,6 +229,19 @@ def run(args: argparse.Namespace) -> int:
               f"(exit {NOTHING_DONE_EXIT})", file=sys.stderr)
         return NOTHING_DONE_EXIT
     return 0
+
+
+def run_options(args: argparse.Namespace):  # noqa: ANN201 - RunOptions (imported lazily)
+    """`campaign run`'s flags as the runner's one `perflib.campaign.RunOptions`."""
+    # late: the campaign package (pandas, httpx) loads when a command runs, not at `perflib --help`
+    from perflib.campaign import RunOptions
+    from perflib.config import parse_only
+
+    return RunOptions(only=parse_only(args.only), guard=args.guard, guard_idle_s=args.guard_idle_s,
+                      contention_threshold=None if args.no_contention else args.contention_threshold,
+                      wait_threshold=args.wait_threshold, psi_threshold=args.psi_threshold,
+                      contention_wait_s=args.contention_wait, papermill=args.papermill, kernel_name=args.kernel,
+                      progress=True, write_page=not args.no_report, cluster=args.cluster)
 
 
 def report(args: argparse.Namespace) -> int:

@@ -10,7 +10,8 @@
   HTTP/1.1 reader (the hot path) or through httpx (https).
 - `perflib.load.spec`: `LevelSpec`, everything one level needs, one typed record through JSON and back.
 - `perflib.load.prompts`: prompts of a target token length, sized with the server's `/tokenize`.
-- `perflib.load.level`: one level, N requests at once with `/metrics` around them (`run_level_async`).
+- `perflib.load.level`: one level, N requests at once with `/metrics` around them (`run_level_async`);
+  what a level's repeats share when measured one after the other (`Repeats`).
 - `perflib.load.loop`: the event loop (uvloop where installed), also from inside Jupyter.
 - `perflib.load.identity`: the server's identity from `/props` and `/v1/models`.
 - `perflib.load.contention`: what else used this machine's CPUs while a level ran.
@@ -35,6 +36,7 @@ from perflib.load.level import (
     LevelOutcome,
     LevelSink,
     MemorySink,
+    Repeats,
     http_client,
     run_level_async,
 )
@@ -64,7 +66,7 @@ __all__ = [
     "CPU_THRESHOLD", "Contention", "ContentionSampler", "PSI_THRESHOLD", "WAIT_THRESHOLD", "listening_pids",
     "say_once", "wait_quiet",
     "DEFAULT_IDLE_TIMEOUT_S", "DEFAULT_TIMEOUT_S", "ENDPOINTS", "GAUGE_INTERVAL_S", "LevelOutcome", "LevelSink",
-    "LevelSpec", "MemorySink", "Prompt", "RequestSpec", "ServerInfo",
+    "LevelSpec", "MemorySink", "Prompt", "Repeats", "RequestSpec", "ServerInfo",
     "MAX_LINE_BYTES", "RequestRecord", "SSEError", "SSESplitter", "ServerUnreachable", "TokenCounter", "decode_tok_s", "event_loop_name", "http_client",
     "fit_prompt", "json_object", "make_prompts", "prompt_tolerance", "run_async", "run_level_async", "run_sync",
     "request_timeout_for", "server_identity", "server_kind", "stream_request",

@@ -4,6 +4,10 @@ One level = N concurrent streaming requests at (batch N, context C prompt tokens
 sent in one wave after an unrecorded warm-up, with `/metrics` scraped right before and right after
 and gauges sampled in between. Every request yields one record (docs/SCHEMA.md §2), handed to the
 sink the moment the request finishes, so a crash loses nothing already measured.
+
+A level's repeats measured one after the other on one server share what is per level (`Repeats`):
+the prompts of every repeat are sized before the first, one warm-up warms the server for all, and the
+scrape after repeat r is the scrape before repeat r+1, as nothing reaches the server between them.
 """
 
 from __future__ import annotations
@@ -12,7 +16,7 @@ import asyncio
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import httpx
@@ -73,10 +77,54 @@ class LevelOutcome:
     warmup_ok: bool | None = None
     gauge_samples: int = 0
     unreachable: bool = False
+    warmup_from: str | None = None
+    """The run whose warm-up request warmed the server for this one (its own name where it sent it)."""
+    metrics_before_from: str | None = None
+    """The run whose scrape after is this one's scrape before (`Repeats`); None where it was scraped for it."""
 
     @property
     def complete(self) -> bool:
         return not self.errors
+
+
+@dataclass
+class Repeats:
+    """What the repeats of one level share when they are measured one after the other on one server.
+
+    The first repeat measured sizes the prompts of every repeat in `planned` (each distinct: the level's
+    nonce and the repeat in its prefix), sends the one warm-up request, and scrapes `/metrics` before its
+    wave. Each later repeat takes its sized prompts, finds the server warm (the repeat before it has just
+    run), and takes the scrape after the repeat before it as its own scrape before: the same exposition,
+    read when that repeat's last request had finished, with nothing sent to the server until this
+    repeat's requests. Anything that reaches the server between two repeats ends that: a repeat measured
+    again sizes new prompts and scrapes afresh; `interrupted()` (a profiler toggled over HTTP, a server
+    started again) makes the next repeat warm up and scrape afresh."""
+
+    planned: tuple[int, ...]
+    """The repeats the caller will measure, in order."""
+    nonce: str = field(default_factory=lambda: uuid.uuid4().hex[:8])
+    prompts: dict[int, list[Prompt]] = field(default_factory=dict)
+    """Sized ahead, by repeat: each is taken by its repeat's first attempt."""
+    sized: bool = False
+    warmed_by: str | None = None
+    warmup_ok: bool | None = None
+    after: tuple[str, metrics.Snapshot] | None = None
+    """(run, its scrape after), while nothing has reached the server since."""
+    base_url: str | None = None
+    """The server they were measured on: another one (a restart elsewhere) is an interruption."""
+
+    identity: dict[str, Any] | None = None
+    """The server's identity as the first repeat read it (`perflib.sweep.run_level`)."""
+
+    def on(self, base_url: str) -> None:
+        """The server the next repeat is measured on: another than before is an interruption."""
+        if self.base_url != base_url:
+            self.interrupted()
+            self.base_url = base_url
+
+    def interrupted(self) -> None:
+        """Something reached the server (or another server serves now): the next repeat warms up and scrapes."""
+        self.warmed_by, self.warmup_ok, self.after, self.identity = None, None, None, None
 
 
 def http_client(timeout: float) -> httpx.AsyncClient:
@@ -130,11 +178,14 @@ def _unreachable_message(base_url: str, what: str, exc: BaseException) -> str:
             "is it running at that address? (or let perflib start one with --start-server)")
 
 
-async def run_level_async(spec: LevelSpec, sink: LevelSink, on_started: Callable[[], None] | None = None
-                          ) -> LevelOutcome:
+async def run_level_async(spec: LevelSpec, sink: LevelSink, on_started: Callable[[], None] | None = None,
+                          repeats: Repeats | None = None) -> LevelOutcome:
     """Measure one level: prompts, warm-up, `/metrics` before, N requests at once with gauges
     sampled, `/metrics` after the last request finished. Never raises for a fault of the server:
     every fault lands in `LevelOutcome.errors` (and the failed requests' records).
+
+    `repeats`: what this level's repeats share (`Repeats`): this repeat's prompts sized ahead, the
+    warm-up done once, the scrape before taken over from the repeat before it.
 
     `clocks.start` is read just before the N requests are sent, `clocks.end` right after the
     last one finished. `on_started` is called right after they are sent (tests use it).
@@ -154,16 +205,21 @@ async def run_level_async(spec: LevelSpec, sink: LevelSink, on_started: Callable
                            clocks={"start": None, "end": None},
                            metrics={"available": None, "dialect": spec.dialect, "error": None,
                                     "process_start_before": None, "process_start_after": None}, errors=[])
+    shared = repeats or Repeats((spec.repeat,))
+    shared.on(spec.base_url)
     with _scrape_client() as scrape_client:
         async with http_client(spec.request_timeout) as client:
-            level = _Level(spec, sink, outcome, client, scrape_client, uuid.uuid4().hex[:8])
-            prompts = await level.prompts()
-            if prompts is None or not await level.warm_up():
+            level = _Level(spec, sink, outcome, client, scrape_client, shared.nonce)
+            prompts = await level.shared_prompts(shared)
+            if prompts is None or not await level.shared_warm_up(shared):
+                shared.interrupted()
                 return outcome
-            before = await level.scrape("before") if spec.scrape_metrics else None
+            before = await level.shared_before(shared) if spec.scrape_metrics else None
+            shared.after = None
             await level.wave(prompts, gauges=before is not None, on_started=on_started)
             if before is not None:
-                await level.scrape("after")
+                after = await level.scrape("after")
+                shared.after = (spec.name, after) if after is not None and outcome.complete else None
     return outcome
 
 
@@ -182,21 +238,64 @@ class _Level:
         self.outcome.errors.append(f"level {self.spec.name}: {message}")
         self.outcome.unreachable = True
 
-    async def prompts(self) -> list[Prompt] | None:
+    async def shared_prompts(self, shared: Repeats) -> list[Prompt] | None:
+        """This repeat's prompts: sized ahead by the level's first repeat, else sized now (the first repeat
+        sizes every planned repeat's; a repeat measured again, new ones: then the server was reached)."""
+        s = self.spec
+        prompts = shared.prompts.pop(s.repeat, None)
+        if prompts is None:
+            ahead = [r for r in shared.planned if r != s.repeat] if not shared.sized else []
+            again = shared.sized
+            sized: dict[int, list[Prompt]] = {}
+            for repeat in [s.repeat, *ahead]:
+                # a repeat measured again gets prompts of its own: the first attempt's may be cached
+                tag = f"{self.nonce}{'-' + uuid.uuid4().hex[:4] if again else ''} r{repeat}"
+                got = await self.prompts(tag)
+                if got is None:
+                    return None
+                sized[repeat] = got
+            shared.sized = True
+            shared.after = None  # /tokenize reached the server since the last scrape
+            prompts = sized.pop(s.repeat)
+            shared.prompts.update(sized)
+        self.outcome.prompt_tokens = {"target": s.context, "measured": [p.tokens for p in prompts],
+                                      "method": prompts[0].method if prompts else None}
+        return prompts
+
+    async def prompts(self, tag: str) -> list[Prompt] | None:
         """Prompts distinct per request, repeat and run, sized with the server; None when unreachable."""
         s = self.spec
         try:
-            prompts = await make_prompts(self.client, s.base_url, endpoint=s.endpoint, count=s.batch,
-                                         target=s.context, tag=f"{self.nonce} r{s.repeat}")
+            return await make_prompts(self.client, s.base_url, endpoint=s.endpoint, count=s.batch,
+                                      target=s.context, tag=tag)
         except ServerUnreachable as exc:
             self._unreachable(str(exc))
             return None
         except httpx.HTTPError as exc:
             self._unreachable(_unreachable_message(s.base_url, "sizing prompts", exc))
             return None
-        self.outcome.prompt_tokens = {"target": s.context, "measured": [p.tokens for p in prompts],
-                                      "method": prompts[0].method if prompts else None}
-        return prompts
+
+    async def shared_warm_up(self, shared: Repeats) -> bool:
+        """The level's one warm-up: sent by the first repeat (or after an interruption), else found done."""
+        if shared.warmed_by is None:
+            if not await self.warm_up():
+                return False
+            shared.warmed_by, shared.warmup_ok = self.spec.name, self.outcome.warmup_ok
+            shared.after = None
+        self.outcome.warmup_from, self.outcome.warmup_ok = shared.warmed_by, shared.warmup_ok
+        return True
+
+    async def shared_before(self, shared: Repeats) -> metrics.Snapshot | None:
+        """The scrape before the wave: the repeat before's scrape after where nothing reached the server
+        since (written into this run's sink as its own), else scraped now."""
+        if shared.after is None:
+            return await self.scrape("before")
+        name, snap = shared.after
+        info = self.outcome.metrics
+        info["available"], info["process_start_before"] = True, snap.process_start
+        self.sink.metrics("before", snap.text)
+        self.outcome.metrics_before_from = name
+        return snap
 
     async def warm_up(self) -> bool:
         """One short request, recorded apart; False when it got no answer at all."""

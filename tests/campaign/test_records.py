@@ -12,8 +12,9 @@ import pytest
 
 from perflib import load
 from perflib.campaign import records
+from perflib.campaign.measure import ProfileSpec
 from perflib.campaign.notebooks import NOTEBOOKS
-from perflib.config import RunSpec
+from perflib.errors import InputError
 
 
 def cells(path) -> dict[str, dict]:
@@ -70,21 +71,23 @@ def test_a_collect_notebook_of_a_failed_run_shows_the_error_and_stops_there(tmp_
 
 
 def test_a_profile_notebook_written_from_a_run_and_from_a_failure(tmp_path):
-    run = RunSpec("c", "a", "b", 2, 64, 1, 8)
+    run = ProfileSpec(str(tmp_path / "c.yaml"), "a", "b", 2, 64, 1, str(tmp_path / "data"))
     tables = {"trace_runs": pd.DataFrame([{"dispatches": 10, "busy_ms": 1.5}]),
               "classes": pd.DataFrame([{"kernel_class": "gemm", "time_ms": 1.0}]),
               "gaps": pd.DataFrame([{"bucket": "<10us", "gap_ms": 0.1}]),
               "kernels": pd.DataFrame([{"kernel": f"k{i}", "time_ms": float(i)} for i in range(30)])}
-    path = records.write_profile(tmp_path / "profile.ipynb", run, tmp_path / "c.yaml", tmp_path / "data", tables, None)
+    path = records.write_profile(tmp_path / "profile.ipynb", run, tables, None)
     nbformat.validate(nbformat.read(path, as_version=4))
     book = cells(path)
     namespace: dict = {}
     exec("".join(book["parameters"]["source"]), namespace)  # noqa: S102
-    assert (namespace["arm"], namespace["batch"], namespace["data_dir"]) == ("a", 2, str(tmp_path / "data"))
+    assert set(namespace) - {"__builtins__"} == {"run"}  # one parameter, as collect.ipynb's `level`
+    assert ProfileSpec.from_json(namespace["run"]) == run  # what a rerun with papermill is given
+    assert json.loads(path.read_text())["metadata"]["perflib"]["run"] == run.to_dict()
     assert "".join(book["profile"]["outputs"][0]["data"]["text/plain"]) == repr(tables["trace_runs"].T)
     assert "".join(book["kernels"]["outputs"][0]["data"]["text/html"]) == tables["kernels"].head(20)._repr_html_()
     assert records.failed(path) is False
-    failed = records.write_profile(tmp_path / "failed.ipynb", run, tmp_path / "c.yaml", tmp_path, None, "no trace")
+    failed = records.write_profile(tmp_path / "failed.ipynb", run, None, "no trace")
     assert cells(failed)["profile"]["outputs"][0]["evalue"] == "no trace" and records.failed(failed) is True
 
 
@@ -97,3 +100,17 @@ def test_failed_reads_papermills_record_too(tmp_path):
     assert records.failed(path) is False
     path.write_text("{not json")
     assert records.failed(path) is None
+
+
+def test_a_profile_spec_goes_through_json_and_back_and_names_a_bad_field():
+    spec = ProfileSpec("campaigns/demo.yaml", "perf", "cpu", 4, 2048, 3)
+    assert ProfileSpec.from_json(json.dumps(spec.to_dict())) == spec
+    assert ProfileSpec.from_json({**spec.to_dict(), "data_dir": "data"}).data_dir == "data"
+    for bad, field in (({**spec.to_dict(), "batch": 0}, "batch"), ({**spec.to_dict(), "arms": "x"}, "arms"),
+                       ({k: v for k, v in spec.to_dict().items() if k != "repeat"}, "repeat"),
+                       ({**spec.to_dict(), "repeat": True}, "repeat")):
+        with pytest.raises(InputError) as raised:
+            ProfileSpec.from_json(bad)
+        assert raised.value.where == field
+    with pytest.raises(InputError):
+        ProfileSpec.from_json("[1, 2]")

@@ -87,7 +87,8 @@ def test_missing_trace_path_is_a_clear_error(tmp_path):
     tables = derive.build(campaign)
     assert any("does not exist" in n and "traces/before/b1_r1.csv" in n for n in tables.notes)
     with pytest.raises(PerflibError, match="does not exist"):
-        pc.profile_run(path, "before", "cpu", 1, 128, 1)
+        pc.profile_run({"campaign_file": str(path), "arm": "before", "backend": "cpu", "batch": 1, "context": 128,
+                        "repeat": 1})
     gaps = [x for x in v.evaluate(campaign.candidates, tables, v.Context.of(campaign)) if x.candidate == "host-gaps"]
     assert gaps and all(x.outcome == v.NOT_MEASURED for x in gaps)
 
@@ -160,6 +161,42 @@ def test_campaign_end_to_end_with_a_failing_notebook_and_resume(tmp_path, llama_
     assert any(p.name.startswith("b1_c64_r2.incomplete") for p in failed_dir.parent.iterdir())
 
 
+@pytest.mark.server
+def test_a_levels_repeats_share_its_warm_up_and_scrapes_and_get_their_notebooks_after_it(
+        tmp_path, llama_server_binary, tiny_model):
+    """In the runner's process, the repeats of a level share one warm-up and the scrape between them
+    (`perflib.load.Repeats`), each run still gets its collect.ipynb, and the server's record names the runs."""
+    path = write(tmp_path, """\
+    name: levels
+    model:
+      name: tiny random llama
+    backends:
+      - {name: cpu, start: llama-server-local, dialect: llamacpp, threads: 1}
+    batches: [1, 2]
+    contexts: [32]
+    decode_tokens: 8
+    repeats: 3
+    """)
+    campaign = pc.load_campaign(path)
+    data = tmp_path / "data"
+    result = pc.CampaignRun(campaign, pc.RunOptions(progress=False, write_page=False, contention_threshold=None),
+                            data).run()
+    assert result.failed == () and len(result.done) == 6, result.failed
+    group = data / "raw" / "levels" / "default" / "cpu"
+    for batch in (1, 2):
+        names = [f"b{batch}_c32_r{r}" for r in (1, 2, 3)]
+        manifests = [json.loads((group / n / "manifest.json").read_text()) for n in names]
+        assert [m["warmup_from"] for m in manifests] == [names[0]] * 3
+        assert [m["metrics_before_from"] for m in manifests] == [None, names[0], names[1]]
+        assert (group / names[1] / "metrics_before.txt").read_bytes() == (group / names[0] / "metrics_after.txt").read_bytes()
+        for name in names:
+            book = json.loads((group / name / "collect.ipynb").read_text())
+            assert book["metadata"]["perflib"]["level"]["repeat"] == int(name[-1])
+            assert book["metadata"]["perflib"]["error"] is None
+    (start,) = json.loads((group / "server.json").read_text())["starts"]
+    assert start["runs"] == [f"default/cpu/b{b}_c32_r{r}" for b in (1, 2) for r in (1, 2, 3)]
+
+
 def test_traced_run_feeds_trace_tables_verdicts_and_profile_notebook(tmp_path, fixtures):
     """A real rocprofv3 kernel trace (the ROCm 7.0 docs fixture), its timestamps moved into one
     sample run's level window, flows through derive, the verdicts and profile.ipynb."""
@@ -206,9 +243,9 @@ def test_traced_run_feeds_trace_tables_verdicts_and_profile_notebook(tmp_path, f
     assert any("does not exist" in n for n in tables.notes)
     # profile.ipynb through papermill gives the run's derived tables, those the page read (stored once)
     executed = tmp_path / "profile.ipynb"
-    error = pc.execute_notebook(pc.NOTEBOOKS / "profile.ipynb", executed, {
-        "campaign_file": str(path), "arm": "after", "backend": "cpu", "batch": 2, "context": 128, "repeat": 1},
-        pc.find_kernel(), cwd=tmp_path)
+    spec = pc.ProfileSpec(str(path), "after", "cpu", 2, 128, 1)
+    error = pc.execute_notebook(pc.NOTEBOOKS / "profile.ipynb", executed, {"run": spec.to_dict()}, pc.find_kernel(),
+                                cwd=tmp_path)
     assert error is None
     shown = json.loads(executed.read_text())["cells"]
     assert any(f"dispatches {len(trace)}" in " ".join("".join(o.get("data", {}).get("text/plain", [])).split())
@@ -223,7 +260,7 @@ def test_traced_run_feeds_trace_tables_verdicts_and_profile_notebook(tmp_path, f
     assert sorted(result.skipped) == ["after/cpu/b2_c128_r1", "after/cpu/b2_c128_r2"]
     assert result.failed == () and [label for label, _ in result.partial] == ["after/cpu/b2_c128_r2"]
     assert "does not exist" in result.partial[0][1] and "b2_c128_r2.csv" in result.partial[0][1]
-    assert not pc.runner._needs_profile(run.run_dir(campaign.data_dir))
+    assert not pc.runner.needs_profile(run.run_dir(campaign.data_dir))
     assert {p: p.read_bytes() for p in campaign.raw_dir().rglob("manifest.json")} == manifests
 
 
