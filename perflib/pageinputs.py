@@ -2,8 +2,9 @@
 
 The run folders' manifest facts (status, errors, when each ended, contention), the environment per arm
 and backend, the facts of the campaign's `environment_files`, the trace-only runs' files, the
-`compare_with` campaigns' derived runs, the question the page opens with, the campaign's notes with
-their links, the `see_also` pages found in the reports folder, and which of that folder's pages each
+`compare_with` campaigns' derived runs, the `agree_with` run of the same campaign (its derived tables, and
+where each run folder of both runs ran and what else used its CPUs), the question the page opens with, the
+campaign's notes with their links, the `see_also` pages found in the reports folder, and which of that folder's pages each
 data folder wrote. `build` reads them all, so that `perflib.report` renders data and reads nothing;
 an input named by the campaign that cannot be read is an `InputError` naming the file and what was
 expected, never a blank on the page. `write` puts them beside the derived tables in
@@ -44,6 +45,16 @@ TEXT_COLUMNS = {"folders.csv": FOLDERS, "trace_files.csv": TRACE_FILES, "environ
                 "environment_facts.csv": FACTS}
 REFERENCE_RUNS = "reference_runs.csv"
 """The `compare_with` campaigns' runs.csv rows, each with the `reference` label it stands under."""
+SIGNALS = ["run", "arm", "backend", "batch", "context", "repeat", "status", "device", "sampled", "contended",
+           "foreign_cpu_share", "steal_share", "psi_some_share", "wait_per_cpu", "contention_why"]
+"""agree_signals.csv: one row per run folder of this run and of the `agree_with` run (`run`: the run's label):
+the device it ran on (`perflib.devices.describe_record`, '' where it recorded none) and its manifest's
+contention record: whether it was sampled and judged contended, other processes' share of its CPUs, the
+hypervisor's steal share, PSI `some` share and the server's and client's run-queue wait per CPU second
+(`perflib.load.contention`; empty where not sampled), and the why of a contended run."""
+AGREE_SIGNALS = "agree_signals.csv"
+AGREE_TABLES = "agree"
+"""The `agree_with` run's derived tables, written below `data/derived/<campaign>/` (`perflib.derive.write`)."""
 PAGE = "page.json"
 """What is not a table: the question, notes, see-also targets, references, the reports folder's pages."""
 
@@ -77,6 +88,23 @@ class Reference:
 
 
 @dataclass(frozen=True)
+class OtherRun:
+    """The `agree_with` run: another run of this same campaign in a data folder of its own, its derived tables
+    (`perflib.derive.build`), and for every run folder of both runs where it ran and what else used its CPUs
+    (`SIGNALS`, `run` naming `this_label` or `label`)."""
+
+    label: str
+    this_label: str
+    data_dir: Path
+    tables: derive.DerivedTables
+    signals: pd.DataFrame = field(default_factory=lambda: _empty(SIGNALS))
+
+    def signals_of(self, label: str) -> pd.DataFrame:
+        """The run folders of one of the two runs."""
+        return self.signals[self.signals["run"].astype(str) == label].reset_index(drop=True)
+
+
+@dataclass(frozen=True)
 class PageInputs:
     """Everything the page shows that is not in the six derived tables, read from the files. Paths are
     as found (`data_dir`'s and `reports_dir`'s own form); the page makes them relative to itself."""
@@ -99,6 +127,8 @@ class PageInputs:
     or '' where none is there yet."""
     pages: dict[str, tuple[str, ...]] = field(default_factory=dict)
     """The reports folder's pages of this campaign's name: file name -> the derived folders it names."""
+    agree: OtherRun | None = None
+    """The `agree_with` run, where the campaign names one."""
 
 
 # ------------------------------------------------------------------------------------------- build
@@ -119,7 +149,8 @@ def build(campaign: Campaign, data_dir: Path | None = None, reports_dir: Path | 
         references=references(campaign),
         notes=tuple((note.text, campaign.resolve(note.link) if note.link is not None else None)
                     for note in campaign.notes),
-        see_also=see_also(campaign.see_also, reports, campaign.name), pages=pages_named(reports, campaign.name))
+        see_also=see_also(campaign.see_also, reports, campaign.name), pages=pages_named(reports, campaign.name),
+        agree=other_run(campaign, found))
 
 
 def manifests(campaign: Campaign) -> list[tuple[rundir.RunFolder, dict[str, Any], str]]:
@@ -275,6 +306,56 @@ def references(campaign: Campaign) -> tuple[Reference, ...]:
     return tuple(out)
 
 
+def _share(value: Any) -> float | None:
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+
+
+def signal_rows(label: str, found: Sequence[tuple[rundir.RunFolder, dict[str, Any], str]]) -> pd.DataFrame:
+    """`SIGNALS` of one run's folders, from their manifests (`device`, `contention`)."""
+    rows = []
+    for folder, m, unreadable in found:
+        level = rundir.parse_run_name(folder.path.name)
+        if level is None:
+            continue
+        seen = m.get("contention") if isinstance(m.get("contention"), dict) else {}
+        waits = seen.get("signals") if isinstance(seen.get("signals"), dict) else {}
+        rows.append({"run": label, "arm": folder.arm, "backend": folder.backend, "batch": level[0],
+                     "context": level[1], "repeat": level[2],
+                     "status": "unreadable manifest" if unreadable else str(m.get("status", "no manifest")),
+                     "device": devices.describe_record(m.get("device")), "sampled": bool(seen.get("available")),
+                     "contended": bool(seen.get("contended")), "foreign_cpu_share": _share(seen.get("foreign_cpu_share")),
+                     "steal_share": _share(seen.get("steal_share")), "psi_some_share": _share(waits.get("psi_some_share")),
+                     "wait_per_cpu": _share(waits.get("wait_per_cpu")), "contention_why": str(seen.get("why") or "")})
+    return pd.DataFrame(rows, columns=SIGNALS) if rows else _empty(SIGNALS)
+
+
+def run_labels(this: Path, other: Path, label: str = "") -> tuple[str, str]:
+    """(this run's label, the other's): their data folders' names, the other's `label` where given; where
+    the two would read alike, 'this run' and the other's folder with its parent."""
+    this_label, other_label = Path(this).name or str(this), label or Path(other).name or str(other)
+    if this_label == other_label:
+        this_label = "this run"
+        other_label = other_label if label else f"{Path(other).parent.name}/{Path(other).name}"
+    return this_label, other_label
+
+
+def other_run(campaign: Campaign, found: Sequence[tuple[rundir.RunFolder, dict[str, Any], str]]) -> OtherRun | None:
+    """The `agree_with` run of `campaign` (None where it names none): its derived tables, rebuilt from its own
+    raw data, and both runs' `SIGNALS`. A data folder without this campaign's run folders is an `InputError`."""
+    spec = campaign.agree_with
+    if spec is None:
+        return None
+    other = replace(campaign, data_dir=Path(spec.data))
+    if not other.raw_dir().is_dir():
+        raise InputError(other.raw_dir(), None, f"the run folders of campaign {campaign.name}, another run of it "
+                         f"(named by {campaign.path}: {campaign.where('agree_with.data')} or --agree-with)",
+                         "no such folder")
+    this_label, label = run_labels(campaign.data_dir, other.data_dir, spec.label)
+    signals = pd.concat([signal_rows(this_label, found), signal_rows(label, manifests(other))], ignore_index=True)
+    return OtherRun(label=label, this_label=this_label, data_dir=other.data_dir, tables=derive.build(other),
+                    signals=signals)
+
+
 def see_also(entries: Sequence[str], reports_dir: Path, own: str = "") -> tuple[tuple[str, str], ...]:
     """Other pages to link: URLs as given; paths relative to the reports folder, where a glob
     (`h200-pytorch-*.md`) picks the newest match that is not a page of this campaign (`own`: its
@@ -344,7 +425,14 @@ def write(inputs: PageInputs, out_dir: Path) -> list[Path]:
                            "batches": list(r.batches), "ran_on": r.ran_on} for r in inputs.references],
            "notes": [{"text": text, "link": _rel(link, data) or None} for text, link in inputs.notes],
            "see_also": [{"entry": entry, "target": target} for entry, target in inputs.see_also],
-           "pages": {name: list(named) for name, named in inputs.pages.items()}}
+           "pages": {name: list(named) for name, named in inputs.pages.items()},
+           "agree_with": None}
+    if inputs.agree is not None:
+        agree = inputs.agree
+        doc["agree_with"] = {"label": agree.label, "this_label": agree.this_label, "data": _rel(agree.data_dir, data)}
+        written.append(atomic.write_atomic(out_dir / AGREE_SIGNALS, agree.signals.to_csv(
+            index=False, float_format=derive.FLOAT_FORMAT, lineterminator="\n")))
+        written += derive.write(agree.tables, out_dir / AGREE_TABLES)
     written.append(atomic.write_atomic(out_dir / PAGE, json.dumps(doc, indent=2, ensure_ascii=False) + "\n"))
     return written
 
@@ -380,7 +468,21 @@ def read(out_dir: Path) -> PageInputs:
         environment_files=tuple((e["label"], _abs(e["file"], data)) for e in doc["environment_files"]),
         references=refs, notes=tuple((n["text"], _abs(n["link"], data)) for n in doc["notes"]),
         see_also=tuple((s["entry"], s["target"]) for s in doc["see_also"]),
-        pages={name: tuple(named) for name, named in doc["pages"].items()})
+        pages={name: tuple(named) for name, named in doc["pages"].items()},
+        agree=_read_other(out_dir, doc.get("agree_with"), data))
+
+
+def _read_other(out_dir: Path, doc: dict[str, Any] | None, data: Path) -> OtherRun | None:
+    """The `agree_with` run back from what `write` wrote (None where the page named none)."""
+    if not doc:
+        return None
+    signals = _read_csv(out_dir / AGREE_SIGNALS, SIGNALS, dtype=str)
+    numbers = {c: pd.to_numeric(signals[c].where(signals[c] != ""), errors="coerce")
+               for c in ("foreign_cpu_share", "steal_share", "psi_some_share", "wait_per_cpu")}
+    signals = signals.assign(**numbers, **{c: signals[c].astype(int) for c in ("batch", "context", "repeat")},
+                             **{c: signals[c] == "True" for c in ("sampled", "contended")})
+    return OtherRun(label=doc["label"], this_label=doc["this_label"], data_dir=_abs(doc["data"], data) or data,
+                    tables=derive.read(out_dir / AGREE_TABLES), signals=signals)
 
 
 def _read_csv(path: Path, columns: Sequence[str], dtype: Any = None) -> pd.DataFrame:

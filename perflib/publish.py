@@ -3,9 +3,11 @@
 `publish(campaign)` rebuilds `data/derived/<campaign>/` from `data/raw` (`perflib.derive`), resolves the
 page's other inputs and writes them beside it (`perflib.pageinputs`), decides the candidates, gates and level
 checks once (`perflib.verdicts.Decisions`), counts the run folders' states once (`RunStates`) and writes the
-page from those alone (`perflib.report`). The one frozen `Published` it returns is what the page, the
-`--json` and terminal lines of `perflib campaign run` and `report`, and `perflib.open_campaign` show: none of
-them derives or decides again. `Published.of(campaign, tables)` is the same without writing anything (a
+page from those alone (`perflib.report`). Where the campaign names another run of itself (`agree_with`, or
+`perflib campaign report --agree-with DIR`), that run's derived tables are decided once too (`Decisions.of`)
+and the two answers held against each other (`perflib.verdicts.agreement`) for the page and `--json`. The
+one frozen `Published` it returns is what the page, the `--json` and terminal lines of `perflib campaign run`
+and `report`, and `perflib.open_campaign` show: none of them derives or decides again. `Published.of(campaign, tables)` is the same without writing anything (a
 notebook's look at the raw data); `end_run` is the runner's end: the page published, this invocation's
 failures split as the page splits them.
 """
@@ -22,6 +24,7 @@ from perflib.config import Campaign, RunSpec
 from perflib.derive import DerivedTables
 from perflib.pageinputs import PageInputs
 from perflib.verdicts import Decisions, GateResult, Verdict, answer_dict
+from perflib.verdicts import agreement as agree
 
 
 def _truthy(value: Any) -> bool:
@@ -80,6 +83,8 @@ class Published:
     runs: RunStates
     inputs: PageInputs | None = None
     page: Path | None = None
+    agreement: agree.Agreement | None = None
+    """This run against the campaign's `agree_with` run, where it names one and `publish` resolved it."""
 
     @classmethod
     def of(cls, campaign: Campaign, tables: DerivedTables) -> Published:
@@ -109,8 +114,22 @@ def publish(campaign: Campaign, data_dir: Path | None = None, reports_dir: Path 
     else:
         derive.write(decided.tables, campaign.derived_dir(data_dir))
     inputs = pageinputs.build_and_write(campaign, data_dir, reports_dir)
-    page = report.write_report(campaign, decided.tables, inputs, decided.decisions, date)
-    return replace(decided, inputs=inputs, page=page)
+    agreed = agreement_of(campaign, decided.tables, decided.decisions, inputs)
+    page = report.write_report(campaign, decided.tables, inputs, decided.decisions, date, agreement=agreed)
+    return replace(decided, inputs=inputs, page=page, agreement=agreed)
+
+
+def agreement_of(campaign: Campaign, tables: DerivedTables, decisions: Decisions, inputs: PageInputs
+                 ) -> agree.Agreement | None:
+    """This run (`tables`, as `decisions` decided them) against the `agree_with` run of `inputs`, whose tables
+    are decided here, once; None where the campaign names none."""
+    other = inputs.agree
+    if other is None:
+        return None
+    ours = agree.RunSide(other.this_label, tables, decisions, other.signals_of(other.this_label))
+    theirs = agree.RunSide(other.label, other.tables, Decisions.of(campaign, other.tables),
+                               other.signals_of(other.label))
+    return agree.of(campaign, ours, theirs, str(other.data_dir))
 
 
 @dataclass(frozen=True)

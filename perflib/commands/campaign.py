@@ -8,9 +8,11 @@ import json
 import math
 import re
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 from perflib.cli import float_arg, safe_label
+from perflib.errors import PerflibError
 
 RUN_DESCRIPTION = """\
 Measures every incomplete run of the campaign, one server per (arm, backend), then derives the
@@ -72,17 +74,29 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
     report_p = sub.add_parser("report", help="rebuild data/derived and the page from data/raw (no server)")
     common(report_p)
-    report_p.add_argument("--date", type=safe_label, help="page date (default: the UTC day the campaign's last run ended)")
-    report_p.add_argument("--notebook-export", action="store_true",
-                          help="also execute notebooks/report.ipynb and export it with "
-                               "`jupyter nbconvert --to markdown --no-input`")
-    report_p.set_defaults(func=report)
+    report_flags(report_p)
 
     check_p = sub.add_parser("validate", help="check a campaign file; print its matrix size and the question its "
                              "page opens with (question:, else description:, else the playbook's)")
     check_p.add_argument("file")
     check_p.add_argument("--json", action="store_true")
     check_p.set_defaults(func=validate)
+
+
+def report_flags(p: argparse.ArgumentParser) -> None:
+    """The flags of `campaign report` beyond the common ones."""
+    p.add_argument("--date", type=safe_label, help="page date (default: the UTC day the campaign's last run ended)")
+    p.add_argument("--agree-with", metavar="DIR",
+                   help="another run of the same campaign (its data folder, as --data): the page says where this "
+                        "run's verdicts and before/after changes agree with that run's, and beside each that does "
+                        "not, the devices, contention, spread and counter checks of both runs (the campaign file's "
+                        "agree_with: does it for every report; docs/CAMPAIGNS.md)")
+    p.add_argument("--agree-label", metavar="LABEL",
+                   help="what the page calls the --agree-with run (default: its folder's name)")
+    p.add_argument("--notebook-export", action="store_true",
+                   help="also execute notebooks/report.ipynb and export it with "
+                        "`jupyter nbconvert --to markdown --no-input`")
+    p.set_defaults(func=report)
 
 
 def notebook_flags(p: argparse.ArgumentParser) -> None:
@@ -201,7 +215,9 @@ def run(args: argparse.Namespace) -> int:
                           "orphans_stopped": list(result.orphans), "nothing_done": result.nothing_done,
                           "contended": list(result.contended), "kept_contended": list(result.kept_contended),
                           "contention_wait_s": round(result.contention_wait_s, 1), "page": str(result.page) if result.page else None,
-                          "answer": result.published.answer if result.published else None}))
+                          "answer": result.published.answer if result.published else None,
+                          "agreement": result.published.agreement.to_dict()
+                          if result.published and result.published.agreement else None}))
     else:
         print(f"campaign {campaign.name}: {len(result.done)} runs measured, {len(result.skipped)} skipped "
               f"(complete), {len(result.failed)} failed, {len(result.partial)} partial (complete, trace lost or "
@@ -248,16 +264,23 @@ def report(args: argparse.Namespace) -> int:
     # late: the tables and the page (pandas, matplotlib, jinja2) load when it runs, not at `perflib --help`
     from perflib.campaign import export_notebook
     from perflib.publish import publish
+    from perflib.report.agreement import first_screen
     from perflib.report.sections import loss_lines
 
     campaign = _load(args)
+    if args.agree_with:
+        from perflib.config import AgreeSpec  # late: the config (pandas) loads when a command runs
+        campaign = replace(campaign, agree_with=AgreeSpec(Path(args.agree_with).resolve(), args.agree_label or ""))
+    elif args.agree_label:
+        raise PerflibError("--agree-label names the --agree-with run: give --agree-with DIR too")
     published = publish(campaign, date=args.date)
     exported = export_notebook(campaign) if args.notebook_export else None
     runs = published.runs
     if args.json:
         print(json.dumps({"campaign": campaign.name, "page": str(published.page), **runs.to_dict(),
                           "derived": str(campaign.derived_dir()), "notebook_export": str(exported) if exported else None,
-                          "answer": published.answer}))
+                          "answer": published.answer,
+                          "agreement": published.agreement.to_dict() if published.agreement else None}))
     else:
         print(f"derived: {campaign.derived_dir()}")
         for entry in published.answer["candidates"]:  # the page's first screen: each candidate across levels
@@ -266,6 +289,8 @@ def report(args: argparse.Namespace) -> int:
               f"{len(runs.partial)} partial (trace lost or cut short)")
         for line in loss_lines(published.tables.runs):  # the page's first screen, word for word
             print(f"  {_plain(line[2:])}")
+        if published.agreement:
+            print(f"  {_plain(first_screen(published.agreement, link=False)[2:])}")
         print(f"page: {published.page}")
         if exported:
             print(f"notebook export: {exported}")

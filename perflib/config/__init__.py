@@ -25,6 +25,7 @@ from perflib.config.model import (
     SERVER_PRESETS,
     START_KINDS,
     WINDOWS,
+    AgreeSpec,
     ArmSpec,
     BackendSpec,
     Campaign,
@@ -44,7 +45,7 @@ from perflib.config.question import context_label, question_levels
 from perflib.config.thresholds import Threshold, parse_threshold
 
 __all__ = [
-    "ARM_ROLES", "DIALECTS", "MAX_RUNS", "PROFILER_KINDS", "SERVER_PRESETS", "START_KINDS", "WINDOWS", "ArmSpec", "BackendSpec", "Campaign",
+    "ARM_ROLES", "DIALECTS", "MAX_RUNS", "PROFILER_KINDS", "SERVER_PRESETS", "START_KINDS", "WINDOWS", "AgreeSpec", "ArmSpec", "BackendSpec", "Campaign",
     "CandidateSpec", "EnvironmentFile", "FallbackSpec", "GateSpec", "ModelSpec", "PageNote", "ProfilerSpec",
     "ReferenceSpec", "RunSpec", "ServerSpec", "ShutdownSpec", "Threshold", "context_label", "opening_question", "parse_only", "parse_threshold", "playbook_path", "playbook_question", "question_levels",
     "read_campaign", "read_playbook", "replace_data_dir",

@@ -220,6 +220,19 @@ class ReferenceSpec:
 
 
 @dataclass(frozen=True)
+class AgreeSpec:
+    """Another run of this same campaign, in a data folder of its own (`raw/<campaign>/` below it): the page says
+    where this run's verdicts and before/after changes agree with that run's, and beside each that does not, the
+    measured facts of both (`perflib.verdicts.agreement`). `perflib campaign report --agree-with DIR` names one
+    for a single report."""
+
+    data: Path = field(metadata=key(yaml=str, resolve=resolve_path))
+    """The other run's data folder (as `--data`), relative to the campaign file."""
+    label: str = ""
+    """What the page calls that run (default: its folder's name, e.g. `sequential`)."""
+
+
+@dataclass(frozen=True)
 class EnvironmentFile:
     """A JSON file (capture record, trace manifest) whose scalar facts the page's environment lists."""
 
@@ -379,6 +392,8 @@ class Campaign:
     other_backends: tuple[str, ...] = ()
     other_backends_note: str = ""
     compare_with: tuple[ReferenceSpec, ...] = ()
+    agree_with: AgreeSpec | None = None
+    """Another run of this campaign whose answer this run's page checks its own against (`AgreeSpec`)."""
     environment_files: tuple[EnvironmentFile, ...] = ()
     notes: tuple[PageNote, ...] = ()
     path: Path = field(default=Path("campaign.yaml"), metadata=key(read=False))

@@ -29,12 +29,14 @@ from perflib.config import Campaign, RunSpec
 from perflib.derive import DerivedTables
 from perflib.errors import PerflibError
 from perflib.pageinputs import DERIVED_NOTE, PageInputs, device_lines, ran_on
+from perflib.report import agreement as agr
 from perflib.report import evidence as ev
 from perflib.report import figures as fig
 from perflib.report import markdown as mdt
 from perflib.report import sections as sec
 from perflib.report.tables import absent_counters, counter_problems
 from perflib.report.text import escape_md, fmt
+from perflib.verdicts.agreement import Agreement
 
 TEMPLATES = Path(__file__).parent / "templates"
 
@@ -231,9 +233,10 @@ def summary_markdown(campaign: Campaign, tables: DerivedTables, decisions: v.Dec
 
 
 def build_page_data(campaign: Campaign, tables: DerivedTables, inputs: PageInputs, decisions: v.Decisions, date: str,
-                    figures: dict[str, dict[str, str]]) -> dict[str, Any]:
+                    figures: dict[str, dict[str, str]], agreement: Agreement | None = None) -> dict[str, Any]:
     """Long: everything the template shows: the head, the summary and the sections in order, the verdicts,
-    gates and checks as `decisions` decided them."""
+    gates and checks as `decisions` decided them, and this run against another run of the campaign
+    (`agreement`) where there is one."""
     arms = [a.name for a in campaign.compared_arms]
     level_checks = decisions.level_checks
     before_after, headline = ev.before_after(tables, campaign, arms, decisions.gates, figures.get("before_after"))
@@ -244,6 +247,7 @@ def build_page_data(campaign: Campaign, tables: DerivedTables, inputs: PageInput
         "Per level": ev.per_level(tables, level_checks, occupancy_caption(campaign, tables),
                                   _absent_line(campaign, tables), figures.get("batch_scaling")),
         "Checks": sec.checks_section(level_checks, checks.LIMITS),
+        "Agreement": agr.agreement_section(agreement, inputs.reports_dir),
         "Profile": ev.profile(tables, figures.get("profile")),
         "Decode-window decomposition": ev.decomposition(tables, figures.get("decomposition")),
         "Step over floor": ev.floor(tables, campaign, figures.get("step_over_floor")),
@@ -259,7 +263,8 @@ def build_page_data(campaign: Campaign, tables: DerivedTables, inputs: PageInput
         **_header(campaign, inputs, date, tables),
         # the campaign's own question opens the page, above its description; a description opens it itself
         "question": f"**Question.** {escape_md(question)}" if question and source != "description" else "",
-        "summary": sec.summary("", decisions, headline, present, tables.runs, tables.trace_runs),
+        "summary": sec.summary("", decisions, headline, present, tables.runs, tables.trace_runs,
+                               agr.first_screen(agreement) if agreement is not None else ""),
         "sections": [parts[name] for name in present] + [see_also_section(inputs)],
     }
 
@@ -324,10 +329,11 @@ def render(data: dict[str, Any]) -> str:
 
 
 def write_report(campaign: Campaign, tables: DerivedTables, inputs: PageInputs, decisions: v.Decisions,
-                 date: str | None = None) -> Path:
+                 date: str | None = None, agreement: Agreement | None = None) -> Path:
     """Draw the figures and write `<reports>/<campaign>-<date>.md` from the derived tables, the page's inputs
     and what was decided over them (`perflib.publish`: `perflib.derive`, `perflib.pageinputs`,
-    `perflib.verdicts.Decisions`): nothing is read or decided here."""
+    `perflib.verdicts.Decisions`, and `agreement` with another run of the campaign, where it names one):
+    nothing is read or decided here."""
     reports = Path(inputs.reports_dir)
     date = date or (page_date(inputs) if len(inputs.folders) else (trace_date(tables) or "undated"))
     stem = page_stem(campaign, inputs, date)
@@ -348,7 +354,7 @@ def write_report(campaign: Campaign, tables: DerivedTables, inputs: PageInputs, 
             continue
         fig.save_figure(plot, path)
         figures[name] = {"path": f"{stem}/{path.name}", "alt": escape_md(plot.alt)}
-    text = render(build_page_data(campaign, tables, inputs, decisions, date, figures))
+    text = render(build_page_data(campaign, tables, inputs, decisions, date, figures, agreement))
     page = reports / f"{stem}.md"
     atomic.write_atomic(page, text)  # another host may be reading it
     return page

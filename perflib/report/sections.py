@@ -27,7 +27,7 @@ from perflib.report.text import escape_md, fmt
 from perflib.runs import MIN_DECODE_ONLY_STEPS
 from perflib.verdicts.answer import format_value, level_label, level_rank, levels_text
 
-ORDER = ("Verdicts", "Before / after", "Per level", "Checks", "Profile", "Decode-window decomposition",
+ORDER = ("Verdicts", "Before / after", "Per level", "Checks", "Agreement", "Profile", "Decode-window decomposition",
          "Step over floor", "Cross-backend reference ratio", "Environment", "Notes", "Raw data")
 
 
@@ -73,11 +73,12 @@ def _bold_outcomes(line: str) -> str:
 
 
 def summary(question: str, decisions: v.Decisions, headline: Sequence[str], sections: Sequence[str],
-            runs: pd.DataFrame | None = None, trace_runs: pd.DataFrame | None = None) -> str:
+            runs: pd.DataFrame | None = None, trace_runs: pd.DataFrame | None = None, agreement: str = "") -> str:
     """Long: the page's opening: the question, each candidate's answer across levels (the question's levels
     first), before/after per pair and gates, what was not measured, which decode window was used where it
-    was not the client's, what was lost (`loss_lines` of `runs`), the checks, and the links to the sections;
-    everything decided is `decisions`' (`perflib.verdicts.Decisions`), nothing is decided here."""
+    was not the client's, what was lost (`loss_lines` of `runs`), the checks, the `agreement` line with another
+    run of the campaign where there is one, and the links to the sections; everything decided is `decisions`'
+    (`perflib.verdicts.Decisions`), nothing is decided here."""
     verdicts, gates, ctx = decisions.verdicts, decisions.gates, decisions.context
     text, _ = table(verdict_rows(decisions.answers),
                     [Column("cause", "cause", keep=True), Column("answer", "answer per level (deciding numbers, "
@@ -92,6 +93,8 @@ def summary(question: str, decisions: v.Decisions, headline: Sequence[str], sect
     bullets += window_lines(runs, trace_runs)
     bullets += loss_lines(runs, trace_runs)
     bullets.append("- **Checks.** " + _checks_line(decisions.level_checks))
+    if agreement:
+        bullets.append(agreement)
     links = " · ".join(f"[{s}](#{anchor(s)})" for s in sections)
     return join(*lines, "\n".join(bullets), f"Sections: {links}" if links else "")
 

@@ -17,6 +17,8 @@
 - `answer`: each candidate summarised across levels in one line, the levels the question names first.
 - `decisions`: a campaign's candidates, gates and level checks decided once (`Decisions.of`), and its whole
   answer as one JSON-ready dictionary (`answer_dict`).
+- `agreement`: two runs of one campaign held against each other: their verdicts and before/after changes
+  paired, and beside each that differs the measured facts of both runs.
 """
 
 from perflib.config.thresholds import Threshold, parse_threshold

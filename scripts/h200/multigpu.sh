@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Issue 30 on a node of two or more GPUs (the device tool's nvidia-h200-x2 or larger): campaigns/cuda-h200-multigpu.yaml
 # once through --cluster with one worker per GPU (each arm on its own GPU, in parallel), then once on GPU 0 alone in
-# sequence; both pages and their raw data come back. Run through scripts/h200/device_call.sh:
+# sequence; both pages and their raw data come back, the parallel run's page with its Agreement section (where its
+# verdicts and before/after changes agree with the sequential run's, and beside each that does not, both runs'
+# devices, contention, spread and counter checks: `campaign report --agree-with`). Run through scripts/h200/device_call.sh:
 #   SCRIPT=scripts/h200/multigpu.sh CAMPAIGN=cuda-h200-multigpu bash scripts/h200/device_call.sh 570
 #   run(..., carry=[".whl", ".carry/llama-src.tar.gz"], kind="nvidia-h200-x2")
 # The wall time of each run is written to $WORK/multigpu-times.json for the README.
@@ -32,5 +34,7 @@ t1=$(date +%s.%N)
 stop_all; pids=()
 CUDA_VISIBLE_DEVICES=0 $PERFLIB campaign run "campaigns/$CAMPAIGN.yaml" --guard --data "$WORK/sequential" --reports "$WORK/reports" ${CAMPAIGN_ARGS:-}
 t2=$(date +%s.%N)
+$PERFLIB campaign report "campaigns/$CAMPAIGN.yaml" --data "$WORK/parallel" --reports "$WORK/reports" \
+  --agree-with "$WORK/sequential" --agree-label "one GPU in sequence" --json > "$WORK/multigpu-agreement.json"
 python3 -c "import json,sys; a,b,c=map(float,sys.argv[1:]); json.dump({'gpus': $GPUS, 'parallel_s': b-a, 'sequential_s': c-b}, open('$WORK/multigpu-times.json','w'))" "$t0" "$t1" "$t2"
 cat "$WORK/multigpu-times.json"
