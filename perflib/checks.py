@@ -11,6 +11,7 @@ figure that looks fine and is wrong. These checks compare what was measured two 
 | `spread` | the repeats' decode step, slowest over fastest | at most 1.5× |
 | `trace_steps` | the trace's step count in its decode window against that window over the client's steady step | 0.75–1.33× |
 | `trace_loss` | the run's trace against its window: the capture covers it, lost no record, was made | nothing lost (`perflib.derive`: runs.csv `trace_loss`) |
+| `unanswered` | the gauge sampler's `/metrics` scrapes during the run (`perflib.runs.unanswered`) | none failed: a failed scrape (10 s timeout) is a server whose loop answered nothing that long |
 
 A level that fails a check is *suspect*: the page says why beside the level and beside every
 verdict that rests on it. A run whose manifest says it was contended (`perflib.load.contention`:
@@ -134,7 +135,23 @@ def _level_failures(used: pd.DataFrame, traced: pd.DataFrame, batch: int) -> lis
                               f"{steps.min() if len(steps) else 0:.2f}-{steps.max() if len(steps) else 0:.2f} ms") or "")
     fails += _trace_step_failures(used, traced)
     fails += _trace_loss_failures(used)
+    fails += _unanswered_failures(used)
     return [f for f in fails if f]
+
+
+def _unanswered_failures(used: pd.DataFrame) -> list[str]:
+    """A run during which the server left `/metrics` unanswered: its loop stalled, so the level's TTFT and
+    client window hold the stall, whatever its decode step says."""
+    if "unanswered_scrapes" not in used.columns:
+        return []
+    out = []
+    for repeat, n, span in zip(used["repeat"], _num(used, "unanswered_scrapes"), _num(used, "unanswered_s"),
+                               strict=False):
+        if pd.notna(n) and n > 0:
+            out.append(f"unanswered: r{repeat}: the server left /metrics unanswered for "
+                       f"{span if pd.notna(span) else 0:.1f} s ({n:.0f} scrape{'s' if n != 1 else ''} timed out or "
+                       "failed): its loop stalled mid-run, and the level's TTFT holds the stall")
+    return out
 
 
 def _trace_loss_failures(used: pd.DataFrame) -> list[str]:

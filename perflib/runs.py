@@ -361,7 +361,7 @@ EXTRA_COLUMNS = (
     "decode_tokens_requested", "timings_step_ms", "steady_step_samples", "steady_step_burst_share",
     "steady_step_reason", "overlap_share", "client_decode_tokens", "contended", "contention_why",
     "metrics_available", "metrics_absent", "metrics_problem", "errors", "decode_tok_s_reason", "decode_window",
-    "decode_window_why", "suggested_decode_tokens",
+    "decode_window_why", "suggested_decode_tokens", "unanswered_s", "unanswered_scrapes",
 )
 """Columns `summarize_run` adds after the SCHEMA ones (an extension, not a change)."""
 
@@ -414,10 +414,32 @@ def summarize_run(run_dir: Path | str) -> dict[str, Any]:
     row.update(own_step_share=parts.own_step_share, prefill_share=parts.prefill_share,
                other_share=parts.other_share, overlap_share=parts.overlap_share, window_ms=parts.window_ms)
     row.update(_counter_figures(run_dir, manifest, records, row["errors"]))
+    row.update(unanswered(rundir.read_gauges(run_dir / rundir.GAUGES)))
     row.update(_window_figures(ok, row))
     seen = manifest.get("contention") if isinstance(manifest.get("contention"), dict) else {}
     row.update(contended=bool(seen.get("contended")), contention_why=seen.get("why") or None)
     return row
+
+
+def unanswered(samples: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """How long the server left `/metrics` unanswered during the run, from the gauge sampler's scrapes
+    (`gauges.jsonl`): `unanswered_s`, the longest span from a failed scrape's start to the start of the next
+    scrape that was answered (to the last failed one's start where none was: a lower bound), and
+    `unanswered_scrapes`, the failed scrapes. A scrape times out after 10 s, so one failure is a server whose
+    loop answered nothing for that long (llama-server answers `/metrics` between its steps). None without
+    gauge samples."""
+    if not samples:
+        return {"unanswered_s": None, "unanswered_scrapes": None}
+    longest, failed, since = 0.0, 0, None
+    for sample in sorted((s for s in samples if s.get("t_ns") is not None), key=lambda s: int(s["t_ns"])):
+        t = int(sample["t_ns"])
+        if sample.get("gauges") is None:
+            failed += 1
+            since = t if since is None else since
+            longest = max(longest, (t - since) / 1e9)
+        elif since is not None:
+            longest, since = max(longest, (t - since) / 1e9), None
+    return {"unanswered_s": round(longest, 3), "unanswered_scrapes": failed}
 
 
 def _window_figures(ok: Sequence[Mapping[str, Any]], row: Mapping[str, Any]) -> dict[str, Any]:

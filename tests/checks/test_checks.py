@@ -61,3 +61,37 @@ def test_contended_runs_are_left_out_and_counted():
     assert list(checks.usable(frame)["repeat"]) == [1, 3]
     reasons = checks.suspect_reasons(checks.level_checks(frame), ["a"], "cpu", [1], 64)
     assert reasons == ["a b1 c64: 2 of 3 runs used, 1 left out (contended: other processes used 80% of the 2 CPUs)"]
+
+
+def _gauges(*answered: bool, every_s: float = 0.5, timeout_s: float = 10.0) -> list[dict]:
+    """Gauge samples as the sampler writes them: a scrape that failed took its timeout before the next began."""
+    out, t = [], 1_000_000_000
+    for ok in answered:
+        out.append({"t_ns": t, "gauges": {"requests_processing": 1.0} if ok else None,
+                    **({} if ok else {"error": "PerflibError: /metrics: could not scrape (ReadTimeout: timed out)"})})
+        t += int((every_s if ok else timeout_s) * 1e9)
+    return out
+
+
+def test_unanswered_is_the_longest_span_from_a_failed_scrape_to_the_next_answered_one():
+    from perflib.runs import unanswered
+
+    assert unanswered([]) == {"unanswered_s": None, "unanswered_scrapes": None}
+    assert unanswered(_gauges(True, True, True)) == {"unanswered_s": 0.0, "unanswered_scrapes": 0}
+    # two stalls: 3 failed scrapes (30 s) and 1 (10 s); the longest counts, every failure is counted
+    figures = unanswered(_gauges(True, False, False, False, True, True, False, True))
+    assert figures == {"unanswered_s": 30.0, "unanswered_scrapes": 4}
+    # a stall lasting to the end of the run: up to the last failed scrape's start, a lower bound
+    assert unanswered(_gauges(True, False, False)) == {"unanswered_s": 10.0, "unanswered_scrapes": 2}
+
+
+def test_a_server_that_left_metrics_unanswered_mid_run_makes_its_level_suspect():
+    quiet = level([run(1, 12.4, batch=16, unanswered_s=0.0, unanswered_scrapes=0),
+                   run(2, 12.5, batch=16, unanswered_s=0.0, unanswered_scrapes=0)])
+    assert quiet["checks"] == ""
+    stalled = level([run(1, 13.7, batch=16, unanswered_s=0.0, unanswered_scrapes=0),
+                     run(2, 13.6, batch=16, unanswered_s=150.2, unanswered_scrapes=15)])
+    assert stalled["suspect"]
+    assert ("unanswered: r2: the server left /metrics unanswered for 150.2 s (15 scrapes timed out or failed)"
+            in stalled["checks"])
+    assert "r1" not in stalled["checks"]
