@@ -20,7 +20,7 @@ def _without_date(text: str) -> str:
 
 
 @pytest.mark.parametrize("campaign", ["cpu-reference", "cuda-h200-batch", "cuda-h200-fa", "cuda-h200-answer",
-                                      "cuda-cpu-h200-cluster", "vllm-cpu"])
+                                      "cuda-cpu-h200-cluster", "vllm-cpu", "cuda-h200-multigpu"])
 def test_committed_page_rebuilds_from_raw_data(campaign, tmp_path, capsys):
     pages = sorted((REPO / "reports").glob(f"{campaign}-[0-9][0-9][0-9][0-9]-*.md"))
     assert pages, f"no committed page reports/{campaign}-*.md"
