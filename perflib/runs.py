@@ -123,12 +123,16 @@ def client_window(records: Sequence[Mapping[str, Any]]) -> ClientWindow | None:
         stagger = lo - hi
         why = f"requests staggered: the last first token came {_duration(stagger)} after the first request finished"
     first, last = min(int(r["first_token_ns"]) for r in ok), max(int(r["last_token_ns"]) for r in ok)
-    if last > first:
+    # Where every request's tokens came at one instant, the span between two requests' instants times
+    # their reads, not their decode (which ran before either): only a request whose tokens span time
+    # makes the decode span one.
+    if last > first and any(int(r["last_token_ns"]) > int(r["first_token_ns"]) for r in ok):
         return ClientWindow(DECODE_SPAN, first, last, why, stagger, coalesced)
     sent = min(int(r["start_ns"]) for r in ok if r.get("start_ns") is not None) if any(
         r.get("start_ns") is not None for r in ok) else first
-    return ClientWindow(REQUEST_SPAN, sent, max(last, sent + 1), why + "; every token came at one instant, so "
-                        "the decode is read from the first request sent to the last token", stagger, coalesced)
+    at_once = "every token came at one instant" if last == first else "each request's tokens came at one instant"
+    return ClientWindow(REQUEST_SPAN, sent, max(last, sent + 1), f"{why}; {at_once}, so the decode is read from "
+                        "the first request sent to the last token", stagger, coalesced)
 
 
 def overlap_decode_tokens(window: ClientWindow | None, step_ms: float | None, decode_tokens: Any) -> int | None:

@@ -41,3 +41,19 @@ def test_tokens_read_at_their_own_instants_are_not_coalesced():
     assert window is not None and window.coalesced == ""
     bursts = [{**r, "chunk_ns": [t - (k % 2) * 10_000 for k, t in enumerate(r["chunk_ns"])]} for r in spread]
     assert runs.client_window(bursts).coalesced == ""  # pairs 10 us apart: 2 tokens an instant, under 4
+
+
+def test_requests_each_read_at_one_instant_are_read_over_the_request_span_not_between_their_reads():
+    # The loaded demo's shape: each request's tokens in one chunk, the requests' chunks read 0.5 ms apart.
+    # The decode ran before either read: the span between the reads is no decode span.
+    recs = records()
+    assert all(r["first_token_ns"] == r["last_token_ns"] for r in recs)
+    assert len({r["last_token_ns"] for r in recs}) > 1  # read at distinct instants
+    window = runs.client_window(recs)
+    assert window.kind == runs.REQUEST_SPAN
+    assert window.start_ns == min(r["start_ns"] for r in recs)
+    assert window.end_ns == max(r["last_token_ns"] for r in recs)
+    assert "each request's tokens came at one instant" in window.why
+    # one request whose tokens span time keeps the decode span (data/raw/vllm-cpu compiled-torch b4 r2's shape)
+    later = [{**recs[0], "first_token_ns": recs[0]["first_token_ns"] - 300_000_000}, *recs[1:]]
+    assert runs.client_window(later).kind == runs.DECODE_SPAN
