@@ -16,7 +16,6 @@ checks that failed (`perflib.checks`). The page (`perflib.report.agreement`) and
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -30,30 +29,22 @@ from perflib.verdicts import compare
 from perflib.verdicts.answer import format_value
 from perflib.verdicts.decisions import Decisions
 from perflib.verdicts.evaluate import NOT_MEASURED, Verdict
-from perflib.verdicts.measures import MEASUREMENTS
+from perflib.verdicts.measures import MEASUREMENTS, number
 
 RULE = ("each run's change lies within the other run's 95% interval (Welch t), both ways; where only one run "
         "has an interval, the other run's change lies within it; where neither has one, not judged")
 """When two runs' before/after changes agree (`changes_agree`)."""
 
 
-def _num(value: Any) -> float | None:
-    """A float, or None for None, NaN and what is not a number."""
-    try:
-        out = float(value)
-    except (TypeError, ValueError):
-        return None
-    return None if math.isnan(out) else out
-
 
 def changes_agree(pct: Any, lo: Any, hi: Any, other_pct: Any, other_lo: Any, other_hi: Any) -> bool | None:
     """`RULE`: True where each change (in %) lies within the other's 95% interval [lo, hi] (bounds included),
     False where one does not, None where no interval is there to judge by or a change is missing."""
-    pct, other_pct = _num(pct), _num(other_pct)
+    pct, other_pct = number(pct), number(other_pct)
     if pct is None or other_pct is None:
         return None
     within = []
-    bounds = tuple(_num(x) for x in (lo, hi, other_lo, other_hi))
+    bounds = tuple(number(x) for x in (lo, hi, other_lo, other_hi))
     if bounds[2] is not None and bounds[3] is not None:
         within.append(bounds[2] <= pct <= bounds[3])
     if bounds[0] is not None and bounds[1] is not None:
@@ -128,9 +119,9 @@ class ChangePair:
 
 def change_text(row: dict[str, Any] | None) -> str:
     """'+12.0% (95% interval -3.0% to +27.0%, 2 and 2 repeats)', or what is missing."""
-    if row is None or _num(row.get("change_pct")) is None:
+    if row is None or number(row.get("change_pct")) is None:
         return "n/a (no change: an arm has no usable repeat there)"
-    lo, hi = _num(row.get("ci_low_pct")), _num(row.get("ci_high_pct"))
+    lo, hi = number(row.get("ci_low_pct")), number(row.get("ci_high_pct"))
     counts = f"{row.get('runs_before')} and {row.get('runs_after')} repeats"
     interval = f"95% interval {lo:+.1f}% to {hi:+.1f}%, {counts}" if lo is not None and hi is not None else \
         f"no interval, {counts}"
@@ -277,8 +268,8 @@ def arm_facts(side: RunSide, arm: str, backend: str, batch: int, context: int) -
     signals = _at(side.signals, arm, backend, batch, context)
     if len(signals):
         signals = signals[signals["status"].astype(str) == "complete"].sort_values("repeat")
-    repeats = tuple(RepeatSignals(int(s.repeat), bool(s.sampled), bool(s.contended), _num(s.foreign_cpu_share),
-                                  _num(s.steal_share), _num(s.psi_some_share), _num(s.wait_per_cpu),
+    repeats = tuple(RepeatSignals(int(s.repeat), bool(s.sampled), bool(s.contended), number(s.foreign_cpu_share),
+                                  number(s.steal_share), number(s.psi_some_share), number(s.wait_per_cpu),
                                   str(s.contention_why or "") if isinstance(s.contention_why, str) else "")
                     for s in signals.itertuples(index=False)) if len(signals) else ()
     devices = tuple(dict.fromkeys(str(d) for d in signals["device"] if isinstance(d, str) and d)) \

@@ -21,11 +21,11 @@ from perflib.verdicts.measures import (
     _guess,
     _median,
     _no_trace,
-    _num,
     _pct,
     _select,
     _where,
     measurement,
+    number,
 )
 from perflib.verdicts.samplepool import _of_samples, _pooled, _sampled
 
@@ -45,11 +45,11 @@ def _class_sum(tables: DerivedTables, scope: Scope, batch: int | None = None) ->
                    & (cls["batch"].astype(str) == str(run["batch"])) & (cls["context"].astype(str) == str(run["context"]))
                    & (cls["repeat"].astype(str) == str(run["repeat"]))] if len(cls) else cls
         mine = rows[rows["kernel_class"].astype(str).isin(wanted)] if len(rows) else rows
-        decode, steps = _num(run.get("decode_steps")), _num(run.get("steps"))
+        decode, steps = number(run.get("decode_steps")), number(run.get("steps"))
         if decode == 0:  # the steps have phases and none decodes: no decode figure
             continue
-        time_col, count_col, window = (("decode_time_ms", "decode_count", _num(run.get("decode_window_ms")))
-                                       if decode is not None else ("time_ms", "count", _num(run.get("window_ms"))))
+        time_col, count_col, window = (("decode_time_ms", "decode_count", number(run.get("decode_window_ms")))
+                                       if decode is not None else ("time_ms", "count", number(run.get("window_ms"))))
         time_ms, count = (float(pd.to_numeric(mine.get(c), errors="coerce").fillna(0).sum()) if len(mine) else 0.0
                           for c in (time_col, count_col))
         if decode is not None:

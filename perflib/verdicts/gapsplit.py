@@ -14,7 +14,6 @@ from its operators or samples (`Split.basis`), with no API records needed.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -25,14 +24,7 @@ from perflib.attribution import HOST_GAP_LABELS as LABELS
 from perflib.attribution import HOST_GAP_NO_LAUNCH as NO_LAUNCH
 from perflib.attribution import HOST_GAP_PARTS as PARTS
 from perflib.attribution import share_text
-
-
-def _num(value: Any) -> float | None:
-    try:
-        value = float(value)
-    except (TypeError, ValueError):
-        return None
-    return None if math.isnan(value) else value
+from perflib.verdicts.measures import number
 
 
 def _median(values: pd.Series) -> float | None:
@@ -128,7 +120,7 @@ def split_of(rows: pd.DataFrame | None) -> Split | None:
     part_ms = {p: pd.to_numeric(done[f"{p}_ms"], errors="coerce") for p in PARTS}
     return Split(
         runs=len(rows), measured=len(done), window_ms=_median(window), gap_ms=_median(gap),
-        steps=_num(_median(done["steps"])) if "steps" in done.columns else None,
+        steps=number(_median(done["steps"])) if "steps" in done.columns else None,
         ms={p: _median(v) for p, v in part_ms.items()},
         step_share={p: _median(v / window.where(window > 0)) for p, v in part_ms.items()},
         gap_share={p: _median(v / gap.where(gap > 0)) for p, v in part_ms.items()},

@@ -124,7 +124,8 @@ def trace_scope(tables: DerivedTables, scope: Scope) -> Scope:
 # ---------------------------------------------------------------------------------------- helpers
 
 
-def _num(value: Any) -> float | None:
+def number(value: Any) -> float | None:
+    """A float, or None for None, NaN and what is not a number (a table cell read back from CSV)."""
     try:
         value = float(value)
     except (TypeError, ValueError):
