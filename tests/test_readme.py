@@ -66,7 +66,7 @@ def test_the_opening_quotes_the_demo_as_measured():
     are results-demo_run.json's."""
     joined = " ".join(text().split())
     runs = {r["load"]: r["steps"]["demo"] for r in load("results-demo_run.json")["runs"]}
-    said = re.search(r"`make demo` took (\d+) s quiet and (\d+) s beside two CPU burners .*? loaded, (\d+) s of it "
+    said = re.search(r"`make demo` .*?took (\d+) s quiet and (\d+) s beside two CPU burners .*? loaded, (\d+) s of it "
                      r"were the runner's bounded wait for quiet CPUs, after which it measured anyway and marked "
                      r"all (\d+) runs contended", joined)
     assert said, "the opening's demo sentence is not where this test looks"
