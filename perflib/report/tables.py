@@ -7,6 +7,7 @@ shows the same frames in a notebook.
 from __future__ import annotations
 
 import math
+import weakref
 from collections.abc import Sequence
 from typing import Any
 
@@ -57,8 +58,23 @@ def _first_reasons(runs: pd.DataFrame, levels: pd.DataFrame, column: str) -> lis
     return [first.get(tuple(str(getattr(r, k)) for k in LEVEL_KEYS), "") for r in levels.itertuples(index=False)]
 
 
+_LEVEL_TABLES: dict[int, tuple[weakref.ref, pd.DataFrame]] = {}
+"""`level_table` per `DerivedTables` object alive (frozen, its frames never written in place): a page asks for
+it from ten places (sections, figures, ratio and floor tables), and each median pass costs ~0.1 s."""
+
+
 def level_table(tables: DerivedTables) -> pd.DataFrame:
-    """One row per level: medians over complete repeats of the client, counter and trace figures."""
+    """One row per level: medians over complete repeats of the client, counter and trace figures (a copy,
+    computed once per tables object)."""
+    key = id(tables)
+    held = _LEVEL_TABLES.get(key)
+    if held is None or held[0]() is not tables:
+        held = (weakref.ref(tables, lambda _, k=key: _LEVEL_TABLES.pop(k, None)), _level_table(tables))
+        _LEVEL_TABLES[key] = held
+    return held[1].copy()
+
+
+def _level_table(tables: DerivedTables) -> pd.DataFrame:
     runs = tables.runs
     if len(runs) and "status" in runs.columns:
         runs = checks.usable(runs)
