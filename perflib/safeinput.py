@@ -144,6 +144,23 @@ def check_fields(obj: Mapping[str, Any], fields: Mapping[str, str], path: Path |
 # -------------------------------------------------------------------------------------- JSON files
 
 
+def json_parameter(value: str | Mapping[str, Any], where: str, what: str, known: list[str]) -> Mapping[str, Any]:
+    """A notebook's JSON parameter (a level, a run) as an object: its JSON text parsed, or the object itself;
+    an `InputError` at `where` where it is not JSON, not an object, or names a field not in `known` (listed
+    in that order in the message)."""
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except ValueError as exc:
+            raise InputError(where, None, f"a {what} as a JSON object", f"text that is not JSON ({exc})") from None
+    if not isinstance(value, Mapping):
+        raise InputError(where, None, f"a {what} as a JSON object", describe(value))
+    unknown = sorted(set(value) - set(known))
+    if unknown:
+        raise InputError(where, unknown[0], f"one of the {what}'s fields ({', '.join(known)})", "an unknown field")
+    return value
+
+
 def read_json_object(path: Path | str) -> dict[str, Any]:
     """A small JSON record perflib itself wrote (server.json, a claim), read leniently: {} where it is
     missing, unreadable, not JSON or not an object (a crash between create and write leaves it empty)."""

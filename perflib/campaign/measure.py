@@ -9,7 +9,6 @@ and `profile.ipynb` calls `profile_run` of its one parameter, `run` (a `ProfileS
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
@@ -20,7 +19,7 @@ from perflib.campaign.validate import load_campaign
 from perflib.config import Campaign, RunSpec
 from perflib.errors import InputError, PerflibError
 from perflib.load import LevelSpec
-from perflib.safeinput import describe, value_problem
+from perflib.safeinput import describe, json_parameter, value_problem
 from perflib.sweep import LevelResult
 
 if TYPE_CHECKING:
@@ -94,17 +93,7 @@ class ProfileSpec:
         not of its kind."""
         if isinstance(value, ProfileSpec):
             return value
-        if isinstance(value, str):
-            try:
-                value = json.loads(value)
-            except ValueError as exc:
-                raise InputError(where, None, "a run as a JSON object", f"text that is not JSON ({exc})") from None
-        if not isinstance(value, Mapping):
-            raise InputError(where, None, "a run as a JSON object", describe(value))
-        known = [f.name for f in fields(cls)]
-        unknown = sorted(set(value) - set(known))
-        if unknown:
-            raise InputError(where, unknown[0], f"one of the run's fields ({', '.join(known)})", "an unknown field")
+        value = json_parameter(value, where, "run", [f.name for f in fields(cls)])
         for name, kind in PROFILE_FIELDS.items():
             if name not in value and not kind.endswith("?"):
                 raise InputError(where, name, "a value (every field but data_dir is needed)", "none")

@@ -21,7 +21,7 @@ from perflib.errors import InputError
 from perflib.load.contention import CPU_THRESHOLD, PSI_THRESHOLD, WAIT_THRESHOLD
 from perflib.load.request import DEFAULT_IDLE_TIMEOUT_S, ENDPOINTS, RequestSpec, request_timeout_for
 from perflib.rundir import run_name
-from perflib.safeinput import describe, value_problem
+from perflib.safeinput import describe, json_parameter, value_problem
 
 GAUGE_INTERVAL_S = 0.5
 """Gauge sampling period during a level."""
@@ -192,18 +192,7 @@ class LevelSpec:
         defaults); an `InputError` names the field that is unknown, missing or not of its kind."""
         if isinstance(value, LevelSpec):
             return value
-        if isinstance(value, str):
-            try:
-                value = json.loads(value)
-            except ValueError as exc:
-                raise InputError(where, None, "a level spec as a JSON object", f"text that is not JSON ({exc})") from None
-        if not isinstance(value, Mapping):
-            raise InputError(where, None, "a level spec as a JSON object", describe(value))
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(value) - known)
-        if unknown:
-            raise InputError(where, unknown[0], f"one of the level spec's fields ({', '.join(sorted(known))})",
-                             "an unknown field")
+        value = json_parameter(value, where, "level spec", sorted(f.name for f in fields(cls)))
         missing = [k for k in ("base_url", "batch", "context", "decode_tokens", "repeat") if k not in value]
         if missing:
             raise InputError(where, missing[0], "a value (base_url, batch, context, decode_tokens and repeat are "
