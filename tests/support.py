@@ -8,6 +8,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
 import os
 import signal
 import time
@@ -19,6 +21,18 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 DATA = REPO / "tests" / "data"
+
+
+def run_cli(*argv: str) -> tuple[int, str]:
+    """`perflib ARGV` in this process: its exit code and what it printed on stdout."""
+    from perflib.cli import (
+        main,  # imported when called: support is imported by every test, perflib's CLI is not
+    )
+
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        code = main(list(argv))
+    return code, out.getvalue()
 
 
 def fixtures_dir() -> Path:

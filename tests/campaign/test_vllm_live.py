@@ -14,9 +14,7 @@ these tests are skipped, saying why; with `PERFLIB_REQUIRE_VLLM=1` (CI) they fai
 
 from __future__ import annotations
 
-import contextlib
 import gzip
-import io
 import json
 import os
 import re
@@ -24,10 +22,9 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from support import no_process_left
+from support import no_process_left, run_cli
 
 from perflib import rundir, runs, safeinput, server
-from perflib.cli import main as cli_main
 from perflib.server import engines, presets
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
@@ -35,13 +32,6 @@ pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 DECODE = 16
 STEP = re.compile(r"^execute_context_\d+\(.*\)_generation_\d+\(.*\)$")
 """vLLM's engine-step annotation (docs/reference/VLLM.md)."""
-
-
-def _cli(*argv: str) -> tuple[int, str]:
-    out = io.StringIO()
-    with contextlib.redirect_stdout(out):
-        code = cli_main(list(argv))
-    return code, out.getvalue()
 
 
 @pytest.fixture(scope="module")
@@ -96,7 +86,7 @@ def test_a_sweep_detects_vllm_and_its_counters_match_the_client(vllm_server):
     tokens (Δgeneration − Δrequest_success) equal to what the client received (completion tokens − 1)."""
     handle, folder = vllm_server
     out = folder / "sweep"
-    code, stdout = _cli("sweep", "--base-url", handle.base_url, "--batch", "1,2", "--context", "64",
+    code, stdout = run_cli("sweep", "--base-url", handle.base_url, "--batch", "1,2", "--context", "64",
                         "--decode-tokens", str(DECODE), "--repeats", "1", "--out", str(out), "--json",
                         "--no-contention")
     assert code == 0, stdout
@@ -120,7 +110,7 @@ def test_metrics_diff_reads_a_runs_vllm_snapshots(vllm_server):
     run = rundir.run_dir(folder / "sweep", 2, 64, 1)
     if not (run / rundir.METRICS_AFTER).is_file():
         pytest.skip("the sweep test did not run first")
-    code, stdout = _cli("metrics", "diff", str(run / rundir.METRICS_BEFORE), str(run / rundir.METRICS_AFTER),
+    code, stdout = run_cli("metrics", "diff", str(run / rundir.METRICS_BEFORE), str(run / rundir.METRICS_AFTER),
                         "--requests", "2", "--json")
     assert code == 0, stdout
     delta = json.loads(stdout)
@@ -157,7 +147,7 @@ playbook: batched-decode
 def test_a_campaign_with_a_torch_traced_arm_runs_to_its_page(vllm_python, hf_model, tmp_path):
     path = tmp_path / "vllm-live.yaml"
     path.write_text(textwrap.dedent(CAMPAIGN.format(decode=DECODE)))
-    code, stdout = _cli("campaign", "run", str(path), "--data", str(tmp_path / "data"), "--reports",
+    code, stdout = run_cli("campaign", "run", str(path), "--data", str(tmp_path / "data"), "--reports",
                         str(tmp_path / "reports"), "--no-contention", "--json")
     result = json.loads(stdout)
     assert result["failed"] == [] and result["runs_complete"] == result["runs_total"] == 4, stdout

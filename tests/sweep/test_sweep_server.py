@@ -9,14 +9,12 @@ tokens it is a few steps. 32 decode tokens keep the whole module at about half a
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 
 import pytest
+from support import run_cli
 
 from perflib import load, rundir, safeinput
-from perflib.cli import main as cli_main
 
 pytestmark = pytest.mark.server
 
@@ -26,18 +24,11 @@ DECODE = 32
 REPEATS = 3
 
 
-def _cli(*argv: str) -> tuple[int, str]:
-    out = io.StringIO()
-    with contextlib.redirect_stdout(out):
-        code = cli_main(list(argv))
-    return code, out.getvalue()
-
-
 @pytest.fixture(scope="module")
 def swept(llama_server_binary, tiny_model, tmp_path_factory):
     """One `perflib sweep --start-server --json` over batch {1, 4} × context {128, 4096}, 3 repeats."""
     out = tmp_path_factory.mktemp("sweep")
-    code, stdout = _cli("sweep", "--start-server", "--model", str(tiny_model), "--threads", "1",
+    code, stdout = run_cli("sweep", "--start-server", "--model", str(tiny_model), "--threads", "1",
                         "--batch", ",".join(map(str, BATCHES)), "--context", f"{SHORT},{LONG}",
                         "--decode-tokens", str(DECODE), "--repeats", str(REPEATS), "--out", str(out), "--json")
     assert code == 0, stdout
@@ -174,7 +165,7 @@ def test_own_step_share_drops_at_long_context_with_batch_4(swept):
 def test_rerun_does_not_remeasure_complete_runs(swept):
     out, result, _ = swept
     # nothing listens on port 9: a rerun that tried to measure would fail
-    code, stdout = _cli("sweep", "--base-url", "http://127.0.0.1:9", "--batch", "1,4", "--context",
+    code, stdout = run_cli("sweep", "--base-url", "http://127.0.0.1:9", "--batch", "1,4", "--context",
                         f"{SHORT},{LONG}", "--decode-tokens", str(DECODE), "--repeats", str(REPEATS),
                         "--out", str(out), "--json")
     assert code == 0
@@ -185,7 +176,7 @@ def test_rerun_does_not_remeasure_complete_runs(swept):
 
 def test_table_has_units_and_every_level(swept):
     out, _, _ = swept
-    code, stdout = _cli("sweep", "--base-url", "http://127.0.0.1:9", "--batch", "1,4", "--context",
+    code, stdout = run_cli("sweep", "--base-url", "http://127.0.0.1:9", "--batch", "1,4", "--context",
                         f"{SHORT},{LONG}", "--decode-tokens", str(DECODE), "--repeats", str(REPEATS),
                         "--out", str(out))
     assert code == 0
