@@ -417,8 +417,9 @@ def summarize_run(run_dir: Path | str) -> dict[str, Any]:
         parts = decode_window_decomposition(ok, steady.step_ms)
     row.update(own_step_share=parts.own_step_share, prefill_share=parts.prefill_share,
                other_share=parts.other_share, overlap_share=parts.overlap_share, window_ms=parts.window_ms)
-    row.update(_counter_figures(run_dir, manifest, records, row["errors"]))
-    row.update(unanswered(rundir.read_gauges(run_dir / rundir.GAUGES)))
+    samples = rundir.read_gauges(run_dir / rundir.GAUGES)
+    row.update(_counter_figures(run_dir, manifest, records, samples, row["errors"]))
+    row.update(unanswered(samples))
     row.update(_window_figures(ok, row))
     seen = manifest.get("contention") if isinstance(manifest.get("contention"), dict) else {}
     row.update(contended=bool(seen.get("contended")), contention_why=seen.get("why") or None)
@@ -500,7 +501,7 @@ def _client_figures(ok: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
 
 
 def _counter_figures(run_dir: Path, manifest: Mapping[str, Any], records: Sequence[Mapping[str, Any]],
-                     errors: list[str]) -> dict[str, Any]:
+                     samples: Sequence[Mapping[str, Any]], errors: list[str]) -> dict[str, Any]:
     """Counter figures of the two scrapes; counters of a server no dialect knows are unavailable, with
     why appended to `errors`, and a bad file is an `InputError` naming it."""
     before = run_dir / rundir.METRICS_BEFORE
@@ -516,7 +517,7 @@ def _counter_figures(run_dir: Path, manifest: Mapping[str, Any], records: Sequen
     texts = [metrics.parse_exposition(safeinput.read_text(path, "Prometheus exposition text") or "", str(path))
              for path in (before, after)]
     finished = sum(1 for r in records if r.get("completion_tokens") is not None)
-    gauges = [s["gauges"] for s in rundir.read_gauges(run_dir / rundir.GAUGES) if s.get("gauges")]
+    gauges = [s["gauges"] for s in samples if s.get("gauges")]  # the run's gauge samples, read once
     try:
         delta = metrics.diff(texts[0], texts[1], dialect=dialect, requests=finished,
                              process_start_before=info.get("process_start_before"),
