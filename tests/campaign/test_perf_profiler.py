@@ -61,17 +61,34 @@ def test_a_perf_traced_arm_decides_every_candidate_on_the_cpu(tmp_path: Path, ll
     assert set(trace_runs["arm"]) == {"perf"} and (trace_runs["work"] == "CPU samples").all()
     assert (trace_runs["samples"] == trace_runs["compute_samples"] + trace_runs["sync_samples"]
             + trace_runs["host_samples"]).all() and (trace_runs["compute_samples"] > 0).all()
-    assert (trace_runs["sample_hz"] == 999.0).all() and (trace_runs["steps"] > 0).all()
+    assert (trace_runs["sample_hz"] == 999.0).all()
+    # steps counted by the client's chunks in the decode window; a run whose stream came in one chunk (a loaded
+    # machine) has none to count them by, and its window says why
+    coalesced = trace_runs["window_why"].astype(object).fillna("").astype(str).str.contains("stream coalesced")
+    assert (trace_runs.loc[~coalesced, "steps"] > 0).all(), trace_runs[["batch", "steps", "window_why"]]
     tables = derive.read(campaign.derived_dir())
     verdicts = v.evaluate(campaign.candidates, tables, v.Context.of(campaign))
     decided = {(x.candidate, x.scope): x for x in verdicts}
     playbook = {"gemm-dequant-route", "batched-gemv-per-row", "host-gaps", "interleaved-prefill",
                 "launch-bound", "sync-bound", "host-compute"}
     assert {c for c, _ in decided} == playbook
+    # A loaded machine can change the level's shape: requests staggered so that the trace's window holds their
+    # prefill (then a trace verdict is inconclusive, the prefill share its threshold text), or a stream in one
+    # chunk (below). Those outcomes are the right answer for that shape; no other undecided outcome passes.
+    def shaped(x: v.Verdict) -> bool:
+        return (x.outcome == v.INCONCLUSIVE and bool(x.window_prefill)
+                and x.threshold.startswith("not decided: the window holds requests' prefill"))
+
     for x in verdicts:  # what fills the gaps, from the samples: launch 0, stated, never a silent 0
         if x.candidate == "launch-bound":
-            assert x.value == 0.0 and x.outcome == v.RULED_OUT and "no kernel launches on a CPU backend" in x.text
+            assert x.value == 0.0 and "no kernel launches on a CPU backend" in x.text, x.line
+            assert x.outcome == v.RULED_OUT or shaped(x), x.line
     for verdict in verdicts:
+        if verdict.candidate == "interleaved-prefill" and verdict.outcome == v.NOT_MEASURED:
+            # on a loaded machine a level's stream can arrive in one chunk: its client window times no decode,
+            # and the verdict says so rather than guess (tests/runs/test_coalesced.py); no other reason passes
+            assert "stream coalesced" in verdict.line, verdict.line
+            continue
         assert verdict.outcome != v.NOT_MEASURED, verdict.line
         if verdict.candidate != "interleaved-prefill":
             assert "sampled estimate, cpu-clock 999 Hz" in verdict.text and "trace from perf" in verdict.scope
