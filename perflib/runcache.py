@@ -33,14 +33,16 @@ from perflib.version import __version__
 if TYPE_CHECKING:
     import pandas as pd
 
-ATTRIBUTION_VERSION = 8
+ATTRIBUTION_VERSION = 9
 """Raised whenever attribution, its windows or this stored form change what a run's tables hold (2: step
 phases and the host gaps split, `phases`, `host_gaps` and the step table's parts; 4: the decode steps'
 kernel time by kernel and class, and their host-gap split; 5: with the decode window each run was attributed over, `window` and
 `window_why`; 6: what the
 work is, `work`, and a sampling profile's split of its samples; 7: a CPU backend's host-gap split, from its
 operators or samples, and what each split was measured from, `basis`; 8: a staggered level's trace read over
-its decode span's decode-only part, `window_prefill_share` where it is not)."""
+its decode span's decode-only part, `window_prefill_share` where it is not; 9: a coalesced stream read over
+the requests' span, its steps the server's counters where the trace marks none, its prefill the server's
+`prompt_ms`)."""
 
 TABLES = ("trace_runs", "classes", "kernels", "gaps", "steps", "phases", "host_gaps")
 RECORD = "attributed.json"

@@ -114,25 +114,30 @@ def client_window(records: Sequence[Mapping[str, Any]]) -> ClientWindow | None:
     if not ok:
         return None
     lo, hi = max(int(r["first_token_ns"]) for r in ok), min(int(r["last_token_ns"]) for r in ok)
-    coalesced = _coalesced(ok)
-    why = f"stream coalesced: {coalesced}" if coalesced else ""
-    if hi > lo:
-        return ClientWindow(ALL_DECODING, lo, hi, why, coalesced=coalesced)
-    stagger = None
-    if len(ok) > 1 and not coalesced:
-        stagger = lo - hi
-        why = f"requests staggered: the last first token came {_duration(stagger)} after the first request finished"
     first, last = min(int(r["first_token_ns"]) for r in ok), max(int(r["last_token_ns"]) for r in ok)
-    # Where every request's tokens came at one instant, the span between two requests' instants times
-    # their reads, not their decode (which ran before either): only a request whose tokens span time
-    # makes the decode span one.
-    if last > first and any(int(r["last_token_ns"]) > int(r["first_token_ns"]) for r in ok):
-        return ClientWindow(DECODE_SPAN, first, last, why, stagger, coalesced)
-    sent = min(int(r["start_ns"]) for r in ok if r.get("start_ns") is not None) if any(
-        r.get("start_ns") is not None for r in ok) else first
-    at_once = "every token came at one instant" if last == first else "each request's tokens came at one instant"
-    return ClientWindow(REQUEST_SPAN, sent, max(last, sent + 1), f"{why}; {at_once}, so the decode is read from "
-                        "the first request sent to the last token", stagger, coalesced)
+    coalesced = _coalesced(ok)
+    if coalesced:
+        # A coalesced stream's token times are when the client read them, after the server made them: a
+        # window between two reads can start after the decode began (a loaded llama-server: one request's
+        # 24 tokens read at once, 95 ms of decode by its own timings before that read). Only the requests'
+        # span surely holds the whole decode.
+        at_once = ("every token came at one instant" if last == first else
+                   "each request's tokens came at one instant"
+                   if all(int(r["last_token_ns"]) == int(r["first_token_ns"]) for r in ok) else
+                   "the token times are when the client read them")
+        sent = min((int(r["start_ns"]) for r in ok if r.get("start_ns") is not None), default=first)
+        return ClientWindow(REQUEST_SPAN, sent, max(last, sent + 1), f"stream coalesced: {coalesced}; {at_once}, so "
+                            "the decode is read from the first request sent to the last token", coalesced=coalesced)
+    if hi > lo:
+        return ClientWindow(ALL_DECODING, lo, hi)
+    stagger = lo - hi if len(ok) > 1 else None
+    why = (f"requests staggered: the last first token came {_duration(stagger)} after the first request finished"
+           if stagger is not None else "")
+    if last > first:
+        return ClientWindow(DECODE_SPAN, first, last, why, stagger)
+    sent = min((int(r["start_ns"]) for r in ok if r.get("start_ns") is not None), default=first)
+    return ClientWindow(REQUEST_SPAN, sent, max(last, sent + 1), f"{why}; every token came at one instant, so the "
+                        "decode is read from the first request sent to the last token".removeprefix("; "), stagger)
 
 
 def overlap_decode_tokens(window: ClientWindow | None, step_ms: float | None, decode_tokens: Any) -> int | None:
@@ -187,15 +192,21 @@ class DecodeOnly:
                 f"{self.decoding:.1f} requests decoding on average")
 
 
-def _prefill_spans(records: Sequence[Mapping[str, Any]], hi: int) -> list[tuple[int, int]]:
+def _prefill_spans(records: Sequence[Mapping[str, Any]], hi: int, coalesced: bool = False) -> list[tuple[int, int]]:
     """Each request's prefill, [start, first token] (a request with no first token: to its end, else to
-    `hi`): while it lasts, the server's steps carry its prompt."""
+    `hi`): while it lasts, the server's steps carry its prompt. In a coalesced stream the first token's
+    time is when the client read it: the prefill is then [start, start + the server's `timings.prompt_ms`]
+    where the server reports it (llama.cpp), its length the server's own."""
     spans = []
     for r in records:
         if r.get("start_ns") is None:
             continue
         end = r.get("first_token_ns") if r.get("first_token_ns") is not None else r.get("end_ns")
-        spans.append((int(r["start_ns"]), int(end) if end is not None else hi))
+        end = int(end) if end is not None else hi
+        prompt_ms = (r.get("timings") or {}).get("prompt_ms") if isinstance(r.get("timings"), dict) else None
+        if coalesced and isinstance(prompt_ms, int | float) and prompt_ms >= 0:
+            end = min(end, int(r["start_ns"]) + round(prompt_ms * 1e6))
+        spans.append((int(r["start_ns"]), end))
     return spans
 
 
@@ -206,7 +217,7 @@ def decode_only(records: Sequence[Mapping[str, Any]], start_ns: int, end_ns: int
     A level's requests are sent together, so the prefill spans form one block and the decode-only part of a
     decode span is one interval: the last first token to the last request's last token; where there are
     several, the longest is taken."""
-    spans = _prefill_spans(records, end_ns)
+    spans = _prefill_spans(records, end_ns, coalesced)
     if end_ns <= start_ns or not spans:  # no record says when its request was sent: its prefill is not known
         return None
     gs, ge, _ = union_intervals(np.array([a for a, _ in spans], dtype=np.int64),

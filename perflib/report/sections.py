@@ -24,7 +24,7 @@ from perflib.attribution import DECODE_ONLY
 from perflib.config import RunSpec
 from perflib.report.markdown import Column, details, join, table
 from perflib.report.text import escape_md, fmt
-from perflib.runs import MIN_DECODE_ONLY_STEPS
+from perflib.runs import MIN_DECODE_ONLY_STEPS, REQUEST_SPAN
 from perflib.verdicts.answer import format_value, level_label, level_rank, levels_text
 
 ORDER = ("Verdicts", "Before / after", "Per level", "Checks", "Agreement", "Profile", "Decode-window decomposition",
@@ -175,9 +175,13 @@ def window_lines(runs: pd.DataFrame | None, trace_runs: pd.DataFrame | None = No
         items.append(f"{escape_md(backend)} b{int(batch)} c{int(context)} ({arms}; {len(at)} run"
                      f"{'s' if len(at) != 1 else ''}): {escape_md(str(first['decode_window_why']))}{more}"
                      + _trace_window(trace_runs, backend, batch, context))
+    span = (" (a coalesced stream's over the requests' span, the one window sure to hold its decode, its steps "
+            "the trace's own, else the server's counters)" if (_texts(used, "decode_window") == REQUEST_SPAN).any()
+            else "")
     return ["- **Decode window.** No window with every request decoding at " + _some(items) + ". These levels' "
-            "decode is measured over the run's decode span from the server side (its counters; the trace's own "
-            "steps where traced); where other requests' prefill fills it, that is the interleaved-prefill answer. "
+            "decode is measured over the run's decode span" + span + " from the server side (its counters; the "
+            "trace's own steps where traced); where other requests' prefill fills it, that is the interleaved-prefill "
+            "answer. "
             "Their traces are read over the span's decode-only part (no request in prefill) where it holds at "
             f"least {MIN_DECODE_ONLY_STEPS} steps; where it holds fewer, over the span, and a trace verdict there is "
             "not decided, saying how much of the window the prefill covers."]

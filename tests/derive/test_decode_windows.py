@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 import synthetic
 
-from perflib import derive, rundir, runs
+from perflib import attribution, derive, rundir, runs, traces
 from perflib import verdicts as v
 from perflib.campaign import load_campaign
 from perflib.verdicts import MEASUREMENTS
@@ -107,6 +107,22 @@ def test_a_stream_in_one_chunk_is_said_and_decode_tok_s_is_not_made_up(coalesced
     assert len(tables.trace_runs) == len(frame[frame["arm"] == "slots-traced"])
 
 
+def test_a_coalesced_level_counts_its_steps_from_the_servers_counters_over_the_request_span(coalesced):
+    """No chunk times a step and the trace marks none: the request span holds every step of the level, so the
+    server's Δdecode_steps counts them (before the dispatch rhythm's guess), on the page and in `trace summary`."""
+    campaign, tables = coalesced
+    counted = tables.runs[tables.runs["arm"] == "slots-traced"].set_index(["batch", "context", "repeat"])
+    for row in tables.trace_runs.itertuples(index=False):
+        assert row.window == runs.REQUEST_SPAN and row.step_method == attribution.level.SPAN_COUNTERS
+        assert row.steps == counted.loc[(row.batch, row.context, row.repeat), "decode_steps"] > 0
+        assert not row.steps_guessed
+        run_dir = rundir.campaign_run_dir(campaign.data_dir, campaign.name, "slots-traced", "gpu", row.batch,
+                                          row.context, row.repeat)
+        trace = traces.read_trace(run_dir / "trace.parquet")
+        level = attribution.manifest_window(trace, run_dir)  # `trace summary --manifest`: the page's count
+        assert level.kind == runs.REQUEST_SPAN and level.count.count == row.steps
+
+
 def test_client_window_kinds():
     ms = synthetic.MS
     overlapping = synthetic.requests_of([10.0, 30.0], 16, 2.0)
@@ -124,6 +140,7 @@ def test_client_window_kinds():
     assert runs.overlap_decode_tokens(window, 2.0, 64) is None  # more tokens would not uncoalesce a stream
     partly = synthetic.requests_of([10.0, 12.0], 64, 2.0, chunk_tokens=16)  # 4 chunks of 16 tokens
     window = runs.client_window(partly)
-    assert window.kind == runs.ALL_DECODING and not window.client_steps
+    assert window.kind == runs.REQUEST_SPAN and not window.client_steps  # reads of 16 tokens time no decode
     assert window.coalesced == "64 tokens in 4 chunks (the median of 2 requests)"
+    assert "the token times are when the client read them" in window.why
     assert runs.client_window([{"first_token_ns": None, "last_token_ns": None}]) is None
