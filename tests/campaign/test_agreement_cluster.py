@@ -10,6 +10,7 @@ thresholds set out of reach), so what the machine's other users do is recorded, 
 from __future__ import annotations
 
 import json
+import math
 import subprocess
 import sys
 import textwrap
@@ -179,4 +180,7 @@ def test_the_parallel_run_through_the_cluster_agrees_with_the_sequential_one_or_
         at = checks.usable(derive.build(spec, data).runs)
         at = at[(at["arm"] == "t2") & (at["batch"] == 1)]
         ratio = at["decode_step_ms"].median() / at["steady_step_ms"].median()
-        assert facts[(name, "t2", "b1 c32")]["counter / client step"] == f"{ratio:.2f}x"
+        # no client step where the stream came coalesced (a loaded machine): n/a, the column left out where no
+        # row has one
+        shown = facts[(name, "t2", "b1 c32")].get("counter / client step", "n/a")
+        assert shown == (f"{ratio:.2f}x" if math.isfinite(ratio) else "n/a"), facts

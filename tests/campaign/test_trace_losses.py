@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -130,7 +131,9 @@ def test_a_capture_that_ends_inside_a_run_is_not_attributed_and_the_page_says_so
     head = page.split("\n## ")[0]
     assert "**Trace lost.** cut-short/cuda/b2\\_c32\\_r1: capture ended" in head
     assert "**Profiler losses.** cut-short/cuda (2 runs): server exited with code 1" in head
-    assert "levels suspect (trace_loss)" in head and "Traces: 3 of 4 traced runs lost" in head.splitlines()[2]
+    # other checks may flag a level too on a loaded machine (the counter step against the client's, say)
+    assert re.search(r"levels suspect \([^)]*\btrace_loss\b[^)]*\)", head), head
+    assert "Traces: 3 of 4 traced runs lost" in head.splitlines()[2]
     assert "Runs on disk: 6 complete of 6." in head  # the same count as --json
 
 
