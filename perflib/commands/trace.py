@@ -104,7 +104,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                      "(several with that name: from the first start to the last end; NAME@I picks the I-th, 0-based)")
     win.add_argument("--manifest", metavar="FILE", help="window = what the campaign page reads for this run folder "
                      "(or its manifest.json): the decode window, steps from its request records, where the "
-                     "records give one; else the level (its recorded clocks, aligned to the trace clock)")
+                     "records give one (a coalesced stream: the requests' span, steps from its counters); else "
+                     "the level (its recorded clocks, aligned to the trace clock)")
     p.add_argument("--classes", metavar="FILE", help="YAML class table whose rules go in front of the built-in one")
     p.add_argument("--backend", metavar="NAME", default="auto",
                    help="built-in class table (mlx-rocm, pytorch-cuda, pytorch-rocm, llamacpp-cuda, llamacpp-rocm) "
@@ -112,7 +113,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--steps", metavar="N|REGEX",
                    help="a step count used outright, or a regex for the step ranges (figures then inside those steps; "
                    "no match is an error); default: engine step ranges (SGLang step[...], vLLM execute_..., its Python "
-                   "frames), ProfilerStep#N, the request records (--manifest), else the dispatch rhythm")
+                   "frames), ProfilerStep#N, the request records or counters (--manifest), else the dispatch rhythm")
     p.add_argument("--top", metavar="N", type=int_arg(0), default=10, help="kernels and largest gaps to list (default 10)")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of tables")
     p.set_defaults(func=run_summary, exit_at_once=True)  # it writes no file; its prefetch child is reaped
