@@ -13,7 +13,8 @@ the window that the union of the *other* requests' [start, first token] covers; 
 Where the client sees no window with every request decoding (`client_window`: long prefills staggered
 so that the first requests finish before the last starts decoding, or a stream that arrives in one
 chunk), the steady step and decode tok/s are n/a with that reason, the level's decode is measured
-from the server side (its counters; a trace's own steps over the run's decode span), and the row
+from the server side (its counters; a trace's own steps over the run's decode span, or over the
+requests' span where the stream was coalesced), and the row
 suggests the `decode_tokens` that would overlap the requests.
 """
 
@@ -108,14 +109,16 @@ def _coalesced(records: Sequence[Mapping[str, Any]]) -> str:
 
 def client_window(records: Sequence[Mapping[str, Any]]) -> ClientWindow | None:
     """The window of a level's successful requests (those with a first and a last token; None where none
-    has): every request decoding where there is such a window, else the run's decode span (requests
-    staggered), else the requests' span; with why, in the words the page prints."""
+    has): the requests' span where the stream was coalesced, else every request decoding where there is
+    such a window, else the run's decode span (requests staggered), else the requests' span; with why, in
+    the words the page prints."""
     ok = [r for r in records if r.get("first_token_ns") is not None and r.get("last_token_ns") is not None]
     if not ok:
         return None
     lo, hi = max(int(r["first_token_ns"]) for r in ok), min(int(r["last_token_ns"]) for r in ok)
     first, last = min(int(r["first_token_ns"]) for r in ok), max(int(r["last_token_ns"]) for r in ok)
     coalesced = _coalesced(ok)
+    stagger = None
     if coalesced:
         # A coalesced stream's token times are when the client read them, after the server made them: a
         # window between two reads can start after the decode began (a loaded llama-server: one request's
@@ -125,19 +128,19 @@ def client_window(records: Sequence[Mapping[str, Any]]) -> ClientWindow | None:
                    "each request's tokens came at one instant"
                    if all(int(r["last_token_ns"]) == int(r["first_token_ns"]) for r in ok) else
                    "the token times are when the client read them")
-        sent = min((int(r["start_ns"]) for r in ok if r.get("start_ns") is not None), default=first)
-        return ClientWindow(REQUEST_SPAN, sent, max(last, sent + 1), f"stream coalesced: {coalesced}; {at_once}, so "
-                            "the decode is read from the first request sent to the last token", coalesced=coalesced)
-    if hi > lo:
-        return ClientWindow(ALL_DECODING, lo, hi)
-    stagger = lo - hi if len(ok) > 1 else None
-    why = (f"requests staggered: the last first token came {_duration(stagger)} after the first request finished"
-           if stagger is not None else "")
-    if last > first:
-        return ClientWindow(DECODE_SPAN, first, last, why, stagger)
+        why = f"stream coalesced: {coalesced}; {at_once}"
+    else:
+        if hi > lo:
+            return ClientWindow(ALL_DECODING, lo, hi)
+        stagger = lo - hi if len(ok) > 1 else None
+        why = (f"requests staggered: the last first token came {_duration(stagger)} after the first request finished"
+               if stagger is not None else "")
+        if last > first:
+            return ClientWindow(DECODE_SPAN, first, last, why, stagger)
+        why = f"{why}; every token came at one instant".removeprefix("; ")
     sent = min((int(r["start_ns"]) for r in ok if r.get("start_ns") is not None), default=first)
-    return ClientWindow(REQUEST_SPAN, sent, max(last, sent + 1), f"{why}; every token came at one instant, so the "
-                        "decode is read from the first request sent to the last token".removeprefix("; "), stagger)
+    return ClientWindow(REQUEST_SPAN, sent, max(last, sent + 1), f"{why}, so the decode is read from the first "
+                        "request sent to the last token", stagger, coalesced)
 
 
 def overlap_decode_tokens(window: ClientWindow | None, step_ms: float | None, decode_tokens: Any) -> int | None:
@@ -203,7 +206,8 @@ def _prefill_spans(records: Sequence[Mapping[str, Any]], hi: int, coalesced: boo
             continue
         end = r.get("first_token_ns") if r.get("first_token_ns") is not None else r.get("end_ns")
         end = int(end) if end is not None else hi
-        prompt_ms = (r.get("timings") or {}).get("prompt_ms") if isinstance(r.get("timings"), dict) else None
+        timings = r.get("timings")
+        prompt_ms = timings.get("prompt_ms") if isinstance(timings, dict) else None
         if coalesced and isinstance(prompt_ms, int | float) and prompt_ms >= 0:
             end = min(end, int(r["start_ns"]) + round(prompt_ms * 1e6))
         spans.append((int(r["start_ns"]), end))

@@ -199,12 +199,13 @@ def decode_window_from_run(trace: TraceLike, run_dir: str | Path) -> DecodeWindo
     clock the trace uses (chosen as in `window_from_clocks`). Steps inside the window are counted from
     the client: the median, over requests, of token chunks that arrive inside it (one per decode step
     while every request decodes). Where there is no such window (requests staggered: the first finished
-    before the last produced its first token) or the stream was coalesced, the window is the run's
-    decode span (or the requests' span) from `perflib.runs.client_window`. A span holds other requests'
+    before the last produced its first token), the window is the run's decode span, and where the stream
+    was coalesced the requests' span (`perflib.runs.client_window`). A span holds other requests'
     prefill, whose kernels would count as the decode's: the window is then the span's decode-only part
     (`perflib.runs.decode_only`: no request between its start and its first token), its steps the client's
     chunks there, where it holds at least `MIN_DECODE_ONLY_STEPS` steps; else the span, with no client step
-    count (the trace's own steps or rhythm count them) and `prefill_share` saying how much of it the
+    count (the trace's own steps, the counters over a requests' span, or the rhythm count them:
+    `perflib.attribution.level.run_window`) and `prefill_share` saying how much of it the
     prefill covers. `why` says which window and why. A run with no successful request is a `PerflibError`.
     """
     run_dir = Path(run_dir)
